@@ -1,0 +1,48 @@
+# Two commands: `make demo` (a real CPU comparison report) and `make test` (the suite).
+# Every target installs what it needs and is a quick no-op when already set up.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+BAKEOFF := $(BIN)/bakeoff
+PYTEST_ARGS ?=
+
+.PHONY: demo test venv models llamacpp podman images browser lint unit bench-loadgen clean-reports
+
+demo: venv llamacpp models
+	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
+	@echo "report: $(CURDIR)/reports/cpu-demo/report.html"
+
+test: venv llamacpp podman images browser models lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+venv:
+	@scripts/bootstrap.sh
+
+models: venv
+	@$(BAKEOFF) model make --preset tiny
+	@$(BAKEOFF) model make --preset small
+
+llamacpp: venv
+	@scripts/install-llamacpp.sh
+
+podman:
+	@scripts/setup-podman.sh
+
+images: podman
+	@scripts/build-images.sh vllm-cpu
+
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+unit: venv models
+	$(BIN)/pytest -m "not e2e and not container" $(PYTEST_ARGS)
+
+bench-loadgen: venv
+	$(BIN)/python benchmarks/loadgen_overhead.py
+
+clean-reports:
+	rm -rf reports/*/

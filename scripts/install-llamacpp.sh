@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Build llama.cpp's native `llama-server` and install its HF->GGUF converter into .venv.
+#
+# Source: the llama-cpp-python sdist from the package index (pinned below). It vendors a
+# matching llama.cpp tree: the server sources, `convert_hf_to_gguf.py` with its
+# `conversion/` package, and `gguf-py`. Using the sdist keeps every download on the
+# package registry the machine can reach, and pins server + converter to one commit.
+#
+# Layout (everything git-ignored, so a second run is a no-op taking well under a second):
+#   .cache/llamacpp/<sdist>.tar.gz           the downloaded sdist
+#   .cache/llamacpp/src/                     the extracted tree
+#   .cache/llamacpp/build/                   the cmake build folder (incremental)
+#   .venv/opt/llamacpp/bin/llama-server      the installed, statically linked server
+#   .venv/opt/llamacpp/convert/              convert_hf_to_gguf.py + conversion/ + gguf-py/
+#   .venv/bin/llama-server                   symlink, so anything with .venv/bin on PATH finds it
+#   .venv/opt/llamacpp/STAMP                 version + build flags of what is installed
+#
+# Usage: scripts/install-llamacpp.sh [--force]     (JOBS=N to change the -j2 default)
+set -euo pipefail
+
+VERSION="${LLAMACPP_PY_VERSION:-0.3.36}"
+JOBS="${JOBS:-2}"  # the build machines have 2 shared cores
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+CACHE="$ROOT/.cache/llamacpp"
+SRC_PARENT="$CACHE/src"
+SRC="$SRC_PARENT/llama_cpp_python-$VERSION/vendor/llama.cpp"
+BUILD="$CACHE/build"
+PREFIX="$VENV/opt/llamacpp"
+STAMP="$PREFIX/STAMP"
+
+# The web UI is off (it needs npm, or a download from a model hub at build time: neither
+# is allowed here); OpenSSL is off (the server only listens on loopback over plain HTTP);
+# static linking makes the installed binary one self-contained file.
+CMAKE_FLAGS=(
+  -G Ninja
+  -DCMAKE_BUILD_TYPE=Release
+  -DBUILD_SHARED_LIBS=OFF
+  -DGGML_NATIVE=ON
+  -DLLAMA_CURL=OFF
+  -DLLAMA_OPENSSL=OFF
+  -DLLAMA_BUILD_UI=OFF
+  -DLLAMA_USE_PREBUILT_UI=OFF
+  -DLLAMA_BUILD_TESTS=OFF
+  -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_BUILD_SERVER=ON
+)
+WANT_STAMP="llama-cpp-python==$VERSION ${CMAKE_FLAGS[*]}"
+
+log() { printf 'install-llamacpp: %s\n' "$*" >&2; }
+
+if [[ ! -x "$PY" ]]; then
+  log "no virtual environment at $VENV; create it first (make venv)"
+  exit 1
+fi
+
+if [[ "${1:-}" != "--force" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT_STAMP" \
+      && -x "$PREFIX/bin/llama-server" && -f "$PREFIX/convert/convert_hf_to_gguf.py" ]] \
+   && "$PY" -c "import gguf" 2>/dev/null; then
+  log "already installed: $("$PREFIX/bin/llama-server" --version 2>&1 | grep -m1 version || true)"
+  exit 0
+fi
+
+for tool in cmake ninja g++; do
+  command -v "$tool" >/dev/null || { log "needs $tool (Debian: apt-get install cmake ninja-build g++)"; exit 1; }
+done
+
+mkdir -p "$CACHE" "$SRC_PARENT"
+SDIST="$CACHE/llama_cpp_python-$VERSION.tar.gz"
+if [[ ! -f "$SDIST" ]]; then
+  log "downloading the llama-cpp-python $VERSION sdist"
+  "$PY" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$CACHE"
+fi
+if [[ ! -f "$SRC/tools/server/server.cpp" ]]; then
+  log "extracting $SDIST"
+  rm -rf "$SRC_PARENT/llama_cpp_python-$VERSION"
+  tar -xzf "$SDIST" -C "$SRC_PARENT"
+fi
+
+started=$(date +%s)
+# A cache made from a different source tree or flag set is not reusable: start clean.
+if [[ -f "$BUILD/CMakeCache.txt" ]] && ! grep -q "CMAKE_HOME_DIRECTORY:INTERNAL=$SRC\$" "$BUILD/CMakeCache.txt"; then
+  rm -rf "$BUILD"
+fi
+log "configuring ($SRC)"
+cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" >"$CACHE/configure.log" 2>&1 \
+  || { tail -30 "$CACHE/configure.log" >&2; exit 1; }
+log "building llama-server with -j$JOBS (about 5-10 min the first time; log: $CACHE/build.log)"
+cmake --build "$BUILD" --target llama-server -j "$JOBS" >"$CACHE/build.log" 2>&1 \
+  || { tail -40 "$CACHE/build.log" >&2; exit 1; }
+log "built in $(( $(date +%s) - started )) s"
+
+mkdir -p "$PREFIX/bin" "$PREFIX/convert"
+install -m 0755 "$BUILD/bin/llama-server" "$PREFIX/bin/llama-server"
+ln -sfn "../opt/llamacpp/bin/llama-server" "$VENV/bin/llama-server"
+
+# The converter imports its sibling `conversion/` package and, unless NO_LOCAL_GGUF is set,
+# the sibling `gguf-py/`: copy the three together so they stay at one commit.
+rm -rf "$PREFIX/convert"
+mkdir -p "$PREFIX/convert"
+cp "$SRC/convert_hf_to_gguf.py" "$PREFIX/convert/"
+cp -r "$SRC/conversion" "$SRC/gguf-py" "$PREFIX/convert/"
+# Also install the vendored gguf package (same commit as the converter) for tools such as
+# gguf-dump and for reading GGUF metadata from bakeoff; its deps (numpy, tqdm, pyyaml,
+# requests) are already in requirements.txt's closure, so --no-deps keeps pins untouched.
+"$PY" -m pip install --quiet --no-deps --no-build-isolation "$SRC/gguf-py" 2>/dev/null \
+  || "$PY" -m pip install --quiet --no-deps "$SRC/gguf-py"
+
+echo "$WANT_STAMP" >"$STAMP"
+log "installed $("$PREFIX/bin/llama-server" --version 2>&1 | grep -m1 version || true)"
+log "  server:    $PREFIX/bin/llama-server (and $VENV/bin/llama-server)"
+log "  converter: $PREFIX/convert/convert_hf_to_gguf.py"

@@ -1,0 +1,562 @@
+"""Backend specs (``backends/*.yaml``) and rendering a launch for one knob set.
+
+A backend YAML declares how to start a serving framework, how to tell it is ready, where
+its metrics are, and a *knob map* from bakeoff's one vocabulary of tuning knobs to the
+backend's own flags, environment variables or config-file keys. Rendering refuses any
+knob the backend lacks, or a value it does not accept, naming both, before anything runs.
+
+A knob may also feed an *engine build* (TensorRT-LLM's engine flow): ``build_step`` names
+the ``engine_build.steps`` entry its flag is appended to, and such a knob always costs a
+rebuild to change. :func:`render_engine_build` renders those steps; the build itself,
+timed and cached, lives in :mod:`bakeoff.engine_build`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bakeoff.errors import KnobError, SpecError
+from bakeoff.specs import format_validation_error
+
+# The shared vocabulary: every backend maps a subset of these, never anything else.
+KNOB_VOCABULARY: dict[str, str] = {
+    "max_num_seqs": "most requests batched together (running sequences)",
+    "max_num_batched_tokens": "token budget of one scheduler step (prefill chunk size)",
+    "gpu_memory_utilization": "memory share for weights + KV cache (meaning differs per backend)",
+    "chunked_prefill": "split long prefills into chunks interleaved with decodes",
+    "prefix_caching": "reuse KV cache of repeated prompt prefixes",
+    "kv_cache_dtype": "KV cache element type",
+    "quantization": "weight quantization method of the checkpoint",
+    "speculative": "speculative decoding method",
+    "max_model_len": "longest context (prompt + output) accepted",
+    "tensor_parallel_size": "GPUs one model is sharded across",
+    "kv_cache_space_gib": "CPU KV cache size in GiB (CPU backends)",
+    "threads": "CPU threads used for compute (CPU backends)",
+}
+
+BACKENDS_DIR = Path(__file__).resolve().parents[2] / "backends"
+
+# Where a draft model for speculative decoding is expected inside the server's container;
+# value maps write ``{draft_model}`` and rendering fills it in.
+DRAFT_MOUNT = "/draft"
+
+KnobValue = bool | int | float | str
+ChangeCost = Literal["nothing", "restart", "rebuild"]
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KnobSpec(_Strict):
+    """How one vocabulary knob reaches a backend, and which values it accepts.
+
+    ``value_map`` translates a vocabulary value to the native one: ``null`` renders
+    nothing, a list renders as several argv words after the flag, a mapping becomes
+    compact JSON for a flag (or a nested value for a config key).
+    """
+
+    type: Literal["int", "float", "bool", "str"]
+    default: KnobValue | None = Field(description="the backend's own default when unset")
+    flag: str | None = Field(default=None, description="value flag: '--flag VALUE'")
+    true_flag: str | None = Field(default=None, description="bool: flag passed for true")
+    false_flag: str | None = Field(default=None, description="bool: flag passed for false")
+    env: str | None = Field(default=None, description="environment variable instead of a flag")
+    config_key: str | None = Field(default=None, description="dotted key in the config file")
+    build_step: int | None = Field(default=None, description="engine_build step the knob feeds")
+    build_flag: str | None = Field(default=None, description="flag appended to that build step")
+    value_map: dict[str, Any] = Field(default_factory=dict, description="vocabulary -> native")
+    choices: list[KnobValue] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    change_needs: ChangeCost = "restart"
+    always_set: bool = Field(default=False, description="render even when left at default")
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _one_target(self) -> KnobSpec:
+        targets = [self.flag, self.env, self.config_key, self.true_flag or self.false_flag]
+        count = sum(t is not None for t in targets)
+        if count > 1 or (count == 0 and self.build_step is None):
+            raise ValueError(
+                "a knob needs exactly one of flag, true_flag/false_flag, env, config_key "
+                "(or only build_step for a knob that exists in the engine build alone)"
+            )
+        if (self.true_flag or self.false_flag) and self.type != "bool":
+            raise ValueError("true_flag/false_flag only fit type: bool")
+        if self.build_flag is not None and self.build_step is None:
+            raise ValueError("build_flag needs build_step")
+        if self.build_step is not None and self.change_needs != "rebuild":
+            # Whatever is compiled into the engine can only change by building it again.
+            raise ValueError("a knob baked into the engine (build_step) needs change_needs: rebuild")
+        return self
+
+
+class HealthSpec(_Strict):
+    path: str = "/health"
+    timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    interval_s: Annotated[float, Field(gt=0)] = 0.5
+
+
+class IterationStatsSpec(_Strict):
+    """A JSON endpoint of per-iteration engine stats (TensorRT-LLM's ``/metrics``)."""
+
+    path: str = "/metrics"
+    draining: bool = Field(default=True, description="each GET removes what it returned")
+    # logical name -> dotted path inside one iteration record, e.g. kvCacheStats.cacheHitRate
+    fields: dict[str, str] = Field(default_factory=dict)
+
+
+class MetricsSpec(_Strict):
+    path: str | None = "/metrics"
+    format: Literal["prometheus", "json", "none"] = "prometheus"
+    # logical name -> the backend's metric name (e.g. prefix_cache_hits -> vllm:prefix_cache_hits)
+    names: dict[str, str] = Field(default_factory=dict)
+    iteration_stats: IterationStatsSpec | None = None
+
+
+class CacheResetSpec(_Strict):
+    kind: Literal["http", "restart", "none"]
+    method: Literal["GET", "POST"] = "POST"
+    path: str | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="env the endpoint needs")
+
+
+class RequestQuirks(_Strict):
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    rejects_unknown_fields: bool = False
+    usage_in_stream: Literal["separate_chunk", "finish_chunk", "absent"] = "separate_chunk"
+    reports_cached_tokens: bool = False
+
+
+class ContainerSpec(_Strict):
+    image: str = Field(description="pinned tag; the digest is recorded at run time")
+    gpus: bool = False
+    ipc_host: bool = False
+    shm_size: str | None = None
+    ulimits: list[str] = Field(default_factory=list)
+    container_port: int = 8000
+    model_mount: str = "/model"
+    build: str | None = Field(default=None, description="docker/ folder that builds the image")
+
+
+class ConfigFileSpec(_Strict):
+    flag: str = Field(description="flag that points the server at the rendered file")
+    filename: str = "options.yaml"
+    base: dict[str, Any] = Field(default_factory=dict)
+
+
+class EngineBuildSpec(_Strict):
+    """TensorRT-LLM's engine flow: a separate, cached build step whose inputs key the cache.
+
+    Steps run in ``image`` with ``{model}`` (the checkpoint, read-only), ``{checkpoint_dir}``
+    and ``{engine_dir}`` filled in. The built engine folder is then served as the model.
+    """
+
+    image: str
+    steps: list[list[str]] = Field(min_length=1)
+    knobs_baked_in: list[str] = Field(default_factory=list)
+
+
+class BackendSpec(_Strict):
+    name: str
+    display_name: str
+    description: str = ""
+    runtime: Literal["process", "container"]
+    accelerator: Literal["cpu", "gpu"] = "cpu"
+    version: str = ""
+    model_format: Literal["hf", "gguf"] = Field(default="hf", description="gguf: converted first")
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    container: ContainerSpec | None = None
+    config_file: ConfigFileSpec | None = None
+    engine_build: EngineBuildSpec | None = None
+    health: HealthSpec = Field(default_factory=HealthSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    cache_reset: CacheResetSpec = Field(default_factory=lambda: CacheResetSpec(kind="restart"))
+    request: RequestQuirks = Field(default_factory=RequestQuirks)
+    knobs: dict[str, KnobSpec] = Field(default_factory=dict)
+    # vocabulary knobs this backend deliberately lacks -> why; quoted when one is asked for
+    unsupported: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BackendSpec:
+        unknown = sorted((set(self.knobs) | set(self.unsupported)) - set(KNOB_VOCABULARY))
+        if unknown:
+            raise ValueError(f"knobs outside bakeoff's vocabulary: {', '.join(unknown)}")
+        both = sorted(set(self.knobs) & set(self.unsupported))
+        if both:
+            raise ValueError(f"knobs both mapped and listed as unsupported: {', '.join(both)}")
+        if self.runtime == "container" and self.container is None:
+            raise ValueError("runtime: container needs a 'container' section")
+        if any(k.config_key for k in self.knobs.values()) and self.config_file is None:
+            raise ValueError("knobs with config_key need a 'config_file' section")
+        self._check_engine_knobs()
+        return self
+
+    def _check_engine_knobs(self) -> None:
+        baked = {name for name, k in self.knobs.items() if k.build_step is not None}
+        if baked and self.engine_build is None:
+            raise ValueError("knobs with build_step need an 'engine_build' section")
+        if self.engine_build is None:
+            return
+        listed = set(self.engine_build.knobs_baked_in)
+        if listed != baked:
+            raise ValueError(
+                "engine_build.knobs_baked_in must list exactly the knobs with build_step; "
+                f"listed {sorted(listed)}, with build_step {sorted(baked)}"
+            )
+        for name in baked:
+            step = self.knobs[name].build_step
+            assert step is not None
+            if not 0 <= step < len(self.engine_build.steps):
+                raise ValueError(f"knob {name!r}: build_step {step} is not an engine_build step")
+
+
+@dataclass
+class RenderedLaunch:
+    """Everything needed to start one backend with one knob set, fully resolved."""
+
+    backend: BackendSpec
+    argv: list[str]
+    env: dict[str, str]
+    config_text: str | None
+    knobs: dict[str, KnobValue]
+    non_default: dict[str, KnobValue] = field(default_factory=dict)
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+
+def load_backend(name: str, directory: Path = BACKENDS_DIR) -> BackendSpec:
+    """Read ``backends/NAME.yaml``; an unknown name lists the backends that exist."""
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
+        raise SpecError(f"unknown backend {name!r}; known backends: {known}")
+    try:
+        return BackendSpec.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(str(path), exc)) from exc
+
+
+def list_backends(directory: Path = BACKENDS_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def check_knob(backend: BackendSpec, name: str, value: KnobValue) -> KnobValue:
+    """Validate one knob value for a backend and return it coerced to the knob's type."""
+    where = f"backend {backend.name!r}, knob {name!r}"
+    if name not in KNOB_VOCABULARY:
+        raise KnobError(f"{where}: not a bakeoff knob; known knobs: {', '.join(KNOB_VOCABULARY)}")
+    spec = backend.knobs.get(name)
+    if spec is None:
+        have = ", ".join(sorted(backend.knobs)) or "none"
+        reason = backend.unsupported.get(name)
+        why = f" ({reason})" if reason else ""
+        raise KnobError(f"{where}: {backend.name} has no such knob{why}; it supports: {have}")
+    coerced = _coerce(spec, value, where)
+    if spec.choices is not None and coerced not in spec.choices:
+        allowed = ", ".join(map(str, spec.choices))
+        raise KnobError(f"{where}: value {value!r} not accepted; choose one of: {allowed}")
+    if isinstance(coerced, int | float) and not isinstance(coerced, bool):
+        if spec.minimum is not None and coerced < spec.minimum:
+            raise KnobError(f"{where}: {value!r} is below the minimum {spec.minimum}")
+        if spec.maximum is not None and coerced > spec.maximum:
+            raise KnobError(f"{where}: {value!r} is above the maximum {spec.maximum}")
+    return coerced
+
+
+def _coerce(spec: KnobSpec, value: KnobValue, where: str) -> KnobValue:
+    if spec.type == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("true", "on", "1", "yes"):
+            return True
+        if text in ("false", "off", "0", "no"):
+            return False
+        raise KnobError(f"{where}: expected true/false, got {value!r}")
+    try:
+        if spec.type == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if spec.type == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+    except (TypeError, ValueError):
+        raise KnobError(f"{where}: expected a {spec.type}, got {value!r}") from None
+    return str(value)
+
+
+def parse_knob_args(pairs: list[str]) -> dict[str, KnobValue]:
+    """Turn CLI ``k=v`` pairs into a dict; types are settled later by :func:`check_knob`."""
+    knobs: dict[str, KnobValue] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--knob {pair!r}: write it as name=value, e.g. max_num_seqs=64")
+        knobs[key.strip()] = value.strip()
+    return knobs
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def _fill(value: Any, subs: dict[str, str]) -> Any:
+    """Replace known ``{name}`` placeholders in strings, deep; other braces (JSON) stay."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.sub(lambda m: subs.get(m.group(1), m.group(0)), value)
+    if isinstance(value, list):
+        return [_fill(v, subs) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, subs) for k, v in value.items()}
+    return value
+
+
+def _fill_template(part: str, subs: dict[str, str], backend: BackendSpec) -> str:
+    """Fill a command-template word; a placeholder nobody provides is a spec error."""
+    for name in _PLACEHOLDER.findall(part):
+        if name not in subs:
+            raise SpecError(f"backend {backend.name!r}: command uses unknown placeholder {{{name}}}")
+    return str(_fill(part, subs))
+
+
+def _native(spec: KnobSpec, value: KnobValue) -> Any:
+    key = str(value).lower() if isinstance(value, bool) else str(value)
+    return copy.deepcopy(spec.value_map[key]) if key in spec.value_map else value
+
+
+def _flag_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _value_words(flag: str | None, native: Any) -> list[str]:
+    """argv words for a value: ``flag VALUE``, or ``flag`` + list items, or the list alone."""
+    words = [_flag_text(v) for v in native] if isinstance(native, list) else [_flag_text(native)]
+    return [flag, *words] if flag else words
+
+
+def _active_knobs(
+    backend: BackendSpec, checked: dict[str, KnobValue]
+) -> list[tuple[str, KnobSpec, KnobValue]]:
+    """(name, spec, value) for every knob that renders: set ones, and unset always_set ones."""
+    active: list[tuple[str, KnobSpec, KnobValue]] = []
+    for name, spec in backend.knobs.items():
+        if name in checked:
+            active.append((name, spec, checked[name]))
+        elif spec.always_set and spec.default is not None:
+            active.append((name, spec, spec.default))
+    return active
+
+
+def _claim(owners: dict[str, str], flag: str, knob: str, backend: BackendSpec) -> None:
+    # Two knobs on one flag would silently let the last one win (argparse semantics).
+    other = owners.setdefault(flag, knob)
+    if other != knob:
+        raise KnobError(
+            f"backend {backend.name!r}: knobs {other!r} and {knob!r} both set {flag}; "
+            "set only one of them"
+        )
+
+
+def render_launch(
+    backend: BackendSpec,
+    knobs: dict[str, KnobValue],
+    *,
+    model: str,
+    served_model_name: str,
+    port: int,
+    host: str = "127.0.0.1",
+    python: str = "python",
+    draft_model: str = DRAFT_MOUNT,
+) -> RenderedLaunch:
+    """Resolve the backend's command template and knob map into argv, env and config text."""
+    checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
+    subs = {
+        "model": model,
+        "served_model_name": served_model_name,
+        "port": str(port),
+        "host": host,
+        "python": python,
+        "draft_model": draft_model,
+        "config_file": backend.config_file.filename if backend.config_file else "",
+    }
+    argv_tail: list[str] = []
+    env = dict(backend.env)
+    config: dict[str, Any] = copy.deepcopy(backend.config_file.base) if backend.config_file else {}
+    owners: dict[str, str] = {}
+    for name, spec, value in _active_knobs(backend, checked):
+        native = _native(spec, value)
+        if native is None:
+            continue
+        words: list[str] = []
+        if spec.true_flag or spec.false_flag:
+            flag = spec.true_flag if value else spec.false_flag
+            words = shlex.split(flag) if flag else []
+        elif spec.flag:
+            words = _value_words(spec.flag, native)
+        elif spec.env:
+            env[spec.env] = str(_fill(_flag_text(native), subs))
+        elif spec.config_key:
+            _set_dotted(config, spec.config_key, _fill(native, subs))
+        if words:
+            _claim(owners, words[0], name, backend)
+            argv_tail.extend(_fill(w, subs) for w in words)
+    config_text = None
+    if backend.config_file is not None:
+        config_text = yaml.safe_dump(config, sort_keys=True)
+        argv_tail.extend([backend.config_file.flag, backend.config_file.filename])
+    argv = [_fill_template(part, subs, backend) for part in backend.command] + argv_tail
+    non_default = {k: v for k, v in checked.items() if v != backend.knobs[k].default}
+    return RenderedLaunch(backend, argv, env, config_text, checked, non_default)
+
+
+def baked_knobs(backend: BackendSpec, knobs: dict[str, KnobValue]) -> dict[str, KnobValue | None]:
+    """The engine-build knobs with their effective values (the backend default when unset)."""
+    checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
+    return {
+        name: checked.get(name, spec.default)
+        for name, spec in backend.knobs.items()
+        if spec.build_step is not None
+    }
+
+
+def render_engine_build(
+    backend: BackendSpec,
+    knobs: dict[str, KnobValue],
+    *,
+    model: str,
+    checkpoint_dir: str,
+    engine_dir: str,
+) -> list[list[str]]:
+    """The engine-build steps as argv lists, baked knobs appended to their step."""
+    if backend.engine_build is None:
+        raise SpecError(f"backend {backend.name!r} has no engine build")
+    checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
+    subs = {"model": model, "checkpoint_dir": checkpoint_dir, "engine_dir": engine_dir}
+    steps = [[_fill_template(w, subs, backend) for w in step] for step in backend.engine_build.steps]
+    owners: dict[str, str] = {}
+    for name, spec, value in _active_knobs(backend, checked):
+        if spec.build_step is None:
+            continue
+        native = _native(spec, value)
+        if native is None:
+            continue
+        words = [str(_fill(w, subs)) for w in _value_words(spec.build_flag, native)]
+        if words:
+            _claim(owners, f"step {spec.build_step} {words[0]}", name, backend)
+            steps[spec.build_step].extend(words)
+    return steps
+
+
+def _flag_text_or_default(value: KnobValue | None) -> str:
+    return "(backend picks)" if value is None else _flag_text(value)
+
+
+def describe_launch(
+    name: str, knobs: dict[str, KnobValue], *, model: str = "/model", port: int = 8000
+) -> str:
+    """Human-readable launch for ``bakeoff backends show``: command, config, knob costs, notes.
+
+    ``model`` is the model folder on the host (the container mounts it); ``port`` the host
+    port. Container backends show the exact ``podman``/``docker run`` command.
+    """
+    backend = load_backend(name)
+    served = Path(model).name or "model"
+    lines = [f"backend: {backend.name} ({backend.display_name}) {backend.version}".rstrip()]
+    if backend.runtime == "container":
+        launch, command = _container_command(backend, knobs, model=model, port=port, served=served)
+    else:
+        launch = render_launch(backend, knobs, model=model, served_model_name=served, port=port)
+        env = [f"{k}={v}" for k, v in sorted(launch.env.items())]
+        command = shlex.join(["env", *env, *launch.argv]) if env else launch.command_line
+    lines += ["", "command:", f"  {command}"]
+    if backend.engine_build is not None:
+        steps = render_engine_build(
+            backend, knobs, model="/model", checkpoint_dir="/work/checkpoint", engine_dir="/work/engine"
+        )
+        lines += ["", f"engine build (image {backend.engine_build.image}; cached by model + baked knobs;"]
+        lines += ["  the engine folder is then served as the model):"]
+        lines += [f"  {i + 1}. {shlex.join(step)}" for i, step in enumerate(steps)]
+    if launch.config_text is not None and backend.config_file is not None:
+        lines += ["", f"{backend.config_file.filename} ({backend.config_file.flag}):"]
+        lines += [f"  {line}" for line in launch.config_text.rstrip().splitlines()]
+    lines += ["", "knobs:"]
+    if not launch.non_default:
+        lines.append("  all at the backend's defaults")
+    for knob, value in launch.non_default.items():
+        spec = backend.knobs[knob]
+        lines.append(
+            f"  {knob} = {_flag_text(value)} (default {_flag_text_or_default(spec.default)}): "
+            f"changing it needs {spec.change_needs}"
+        )
+    notes = [*backend.notes, *(f"{k}: {backend.knobs[k].note}" for k in launch.knobs if backend.knobs[k].note)]
+    if notes:
+        lines += ["", "notes:", *(f"  - {note}" for note in notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _container_command(
+    backend: BackendSpec, knobs: dict[str, KnobValue], *, model: str, port: int, served: str
+) -> tuple[RenderedLaunch, str]:
+    # Imported here: bakeoff.containers imports this module.
+    from bakeoff.containers import (
+        container_run_args,
+        find_runtime,
+        render_container_launch,
+        runtime_command,
+    )
+    from bakeoff.errors import RuntimeMissingError
+
+    launch = render_container_launch(backend, knobs, served_model_name=served)
+    try:
+        runtime = find_runtime()
+    except RuntimeMissingError:
+        runtime = "docker"  # show the common form when no runtime is installed here
+    config = Path.cwd() / backend.config_file.filename if backend.config_file else None
+    args = container_run_args(
+        launch,
+        runtime=runtime,
+        port=port,
+        model_dir=Path(model),
+        name=f"bakeoff-{backend.name}-{port}",
+        config_path=config,
+    )
+    return launch, shlex.join([*runtime_command(runtime), *args])
+
+
+def change_cost(backend: BackendSpec, before: dict[str, KnobValue], after: dict[str, KnobValue]) -> ChangeCost:
+    """What it takes to go from one knob set to another: nothing, a restart or a rebuild."""
+    order: list[ChangeCost] = ["nothing", "restart", "rebuild"]
+    worst: ChangeCost = "nothing"
+    for name in set(before) | set(after):
+        if before.get(name) != after.get(name) and name in backend.knobs:
+            needs = backend.knobs[name].change_needs
+            if order.index(needs) > order.index(worst):
+                worst = needs
+    return worst

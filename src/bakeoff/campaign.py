@@ -1,0 +1,281 @@
+"""Campaigns end to end: validate, plan, run every cell through its notebook, report.
+
+A cell is one server configuration (backend + knobs) with one workload. ``bench.ipynb``
+runs a cell (launch, load, save, its own plots) by calling :func:`run_cell`;
+``compare.ipynb`` turns all cells into the comparison, exported to ``report.html``.
+Everything a run needs is checked by :func:`validate_campaign` before any server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bakeoff.backends import BackendSpec, RenderedLaunch, load_backend, render_launch
+from bakeoff.client import ClientSettings
+from bakeoff.errors import LaunchError, SpecError
+from bakeoff.launch import ServerHandle, free_port, run_local_process
+from bakeoff.metrics import cost_per_million_tokens
+from bakeoff.modelgen import REPO_ROOT, resolve_model_dir
+from bakeoff.prompts import PromptFactory, load_tokenizer
+from bakeoff.runner import RunTarget, execute_plan
+from bakeoff.specs import CampaignSpec, MultiTurn, ServerConfig, Workload, load_campaign
+from bakeoff.store import SUMMARY, read_json, write_json
+from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, save_plans
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+REPORTS = REPO_ROOT / "reports"
+CAMPAIGN_COPY = "campaign.yaml"
+CELL_INFO = "cell.json"
+
+
+@dataclass
+class Cell:
+    server: ServerConfig
+    backend: BackendSpec
+    workload: Workload
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.server.label}__{self.workload.label}"
+
+
+def _context_limit(server: ServerConfig, model_dir: Path | None) -> int | None:
+    if "max_model_len" in server.knobs:
+        return int(server.knobs["max_model_len"])
+    if model_dir is not None and (model_dir / "config.json").is_file():
+        value = json.loads((model_dir / "config.json").read_text()).get("max_position_embeddings")
+        return int(value) if value else None
+    return None
+
+
+def _check_metrics(where: str, wl: Workload, backend: BackendSpec) -> None:
+    if isinstance(wl, MultiTurn) and wl.verify_reuse:
+        has_counters = "prefix_cache_hits" in backend.metrics.names or "cache_hit_rate" in backend.metrics.names
+        if not (has_counters or backend.request.reports_cached_tokens):
+            raise SpecError(
+                f"{where}.verify_reuse: backend {backend.name!r} exposes no prefix-cache counters "
+                "and no cached_tokens in usage; set verify_reuse: false for it"
+            )
+
+
+def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = None) -> list[Cell]:
+    """Servers x workloads, with every knob, context length and metric need checked."""
+    labels = [s.label for s in spec.servers]
+    unknown = sorted(set(only or []) - set(labels))
+    if unknown:
+        raise SpecError(f"--only {', '.join(unknown)}: no such server label; labels: {', '.join(labels)}")
+    cells = []
+    for i, server in enumerate(spec.servers):
+        where = f"servers[{i}]"
+        backend = load_backend(server.backend)
+        if backend.accelerator == "gpu" and not spec.gpu:
+            raise SpecError(f"{where}.backend: {backend.name} needs a GPU; set gpu: true in the campaign")
+        render_launch(backend, server.knobs, model="/model", served_model_name="m", port=8000)
+        limit = _context_limit(server, model_dir)
+        for j, wl in enumerate(spec.workloads):
+            need = longest_request(wl)
+            if limit is not None and need > limit:
+                raise SpecError(
+                    f"workloads[{j}] ({wl.label}): prompt + output need up to {need} tokens but "
+                    f"{where} ({server.label}) accepts {limit}; shorten the workload or raise max_model_len"
+                )
+            _check_metrics(f"workloads[{j}]", wl, backend)
+            if only and server.label not in only:
+                continue
+            cells.append(Cell(server, backend, wl))
+    return cells
+
+
+def validate_campaign(path: Path) -> list[Cell]:
+    """Everything short of running: schema, backends, knobs, context lengths, metrics."""
+    spec = load_campaign(path)
+    model_dir: Path | None
+    try:
+        model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
+    except SpecError:
+        if spec.model.path is not None:
+            raise
+        model_dir = None  # a preset not generated yet can still be validated
+    return expand(spec, model_dir)
+
+
+def prepare(path: Path, out_dir: Path, only: list[str] | None = None) -> tuple[CampaignSpec, list[Cell]]:
+    """Validate, copy the campaign and write every workload's plan once, for all backends."""
+    spec = load_campaign(path)
+    model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
+    cells = expand(spec, model_dir, only)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, out_dir / CAMPAIGN_COPY)
+    builder = PlanBuilder(PromptFactory(load_tokenizer(model_dir)))
+    for wl in spec.workloads:
+        folder = out_dir / "plans" / wl.label
+        if not folder.is_dir():  # plans are made once; re-runs replay the same requests
+            save_plans(builder.build(wl), folder)
+    return spec, cells
+
+
+@contextlib.contextmanager
+def start_server(cell: Cell, model_dir: Path, served_name: str, run_dir: Path) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
+    """Launch a cell's server as a local process or a container, whichever its spec says."""
+    port = free_port()
+    backend = cell.backend
+    if backend.runtime == "container":
+        from bakeoff.containers import run_container
+
+        assert backend.container is not None
+        launch = render_launch(backend, cell.server.knobs, model=backend.container.model_mount,
+                               served_model_name=served_name, port=backend.container.container_port,
+                               host="0.0.0.0")
+        with run_container(launch, port=port, served_model_name=served_name, model_dir=model_dir,
+                           run_dir=run_dir) as handle:
+            yield handle, launch
+        return
+    model_arg = str(model_dir)
+    if backend.model_format == "gguf":
+        from bakeoff.gguf import convert_to_gguf
+
+        model_arg = str(convert_to_gguf(model_dir))
+    launch = render_launch(backend, cell.server.knobs, model=model_arg, served_model_name=served_name,
+                           port=port, python=sys.executable)
+    with run_local_process(launch, port=port, served_model_name=served_name, run_dir=run_dir) as handle:
+        yield handle, launch
+
+
+def run_cell(campaign_dir: Path, server_label: str, workload_name: str, *, measure_restart: bool = True) -> dict[str, Any]:
+    """Launch one server, run one workload's plans, save runs and the cell's effort record."""
+    spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
+    model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
+    cells = [c for c in expand(spec, model_dir) if c.server.label == server_label and c.workload.label == workload_name]
+    if not cells:
+        raise SpecError(f"no cell {server_label} x {workload_name} in {campaign_dir / CAMPAIGN_COPY}")
+    cell = cells[0]
+    cell_dir = campaign_dir / "cells" / cell.cell_id
+    plans = load_plans(campaign_dir / "plans" / workload_name)
+    tokenizer = load_tokenizer(model_dir)
+    effort: dict[str, Any] = {"failed_start_attempts": []}
+    summaries: dict[str, Any] = {}
+    info: dict[str, Any] = {"server": cell.server.model_dump(), "backend": cell.backend.name,
+                            "workload": workload_name, "status": "running"}
+    write_json(cell_dir / CELL_INFO, info)
+    try:
+        with start_server(cell, model_dir, spec.model.served_name, cell_dir) as (handle, launch):
+            effort.update(_static_effort(cell, launch, handle))
+            server_info = {**effort["server"], "startup_s": handle.startup_s}
+            settings = ClientSettings(
+                base_url=handle.base_url, model=handle.model, extra_body=dict(cell.backend.request.extra_body),
+                request_timeout_s=cell.workload.request_timeout_s, stall_timeout_s=cell.workload.stall_timeout_s,
+                count_tokens=tokenizer.count,
+            )
+            target = RunTarget(settings, cell.backend, server_info, spec.slo, show_progress=False)
+            for plan in plans:
+                summaries[plan.name] = execute_plan(plan, target, cell_dir / "runs" / plan.name)
+        if measure_restart:
+            effort["warm_restart_s"] = _time_restart(cell, model_dir, spec.model.served_name, cell_dir)
+        info["status"] = "ok"
+    except LaunchError as exc:
+        effort["failed_start_attempts"].append(str(exc)[:2000])
+        info["status"] = "failed"
+        info["error"] = str(exc)[:4000]
+        raise
+    finally:
+        info["effort"] = effort
+        write_json(cell_dir / CELL_INFO, info)
+        _attach(cell_dir, effort, cell.server.cost_per_hour_usd)
+    return summaries
+
+
+def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> dict[str, Any]:
+    knob_costs = {k: cell.backend.knobs[k].change_needs for k in cell.backend.knobs}
+    return {
+        "cold_start_s": handle.startup_s,
+        "image_build_s": handle.extra.get("image_build_s"),
+        "engine_build_s": handle.extra.get("engine_build_s"),
+        "flags_changed": len(launch.non_default),
+        "non_default_knobs": launch.non_default,
+        "config_lines": len(launch.config_text.splitlines()) if launch.config_text else 0,
+        "knob_change_needs": knob_costs,
+        "server": {
+            "backend": cell.backend.name, "label": cell.server.label, "knobs": launch.knobs,
+            "command_line": handle.command_line, "kind": handle.kind, "image": handle.image,
+            "image_digest": handle.image_digest, "base_url": handle.base_url,
+        },
+    }
+
+
+def _time_restart(cell: Cell, model_dir: Path, served_name: str, cell_dir: Path) -> float | None:
+    """Second start of the same server: caches (compiled kernels, page cache) are warm now."""
+    started = time.monotonic()
+    try:
+        with start_server(cell, model_dir, served_name, cell_dir / "restart"):
+            return time.monotonic() - started
+    except LaunchError:
+        return None
+
+
+def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None) -> None:
+    """Add the cell's effort (and cost) to every run summary of the cell."""
+    public = {k: v for k, v in effort.items() if k != "server"}
+    for path in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}")):
+        summary = read_json(path)
+        summary["effort"] = public
+        summary["cost"] = {
+            "usd_per_hour": cost_per_hour,
+            "usd_per_million_output_tokens": cost_per_million_tokens(cost_per_hour, summary["throughput"]["output_tok_s"]),
+        }
+        write_json(path, summary)
+
+
+def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None = None) -> Path:
+    """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``."""
+    import papermill
+
+    spec, cells = prepare(path, out_dir or REPORTS / load_campaign(path).name, only)
+    out = out_dir or REPORTS / spec.name
+    failures = []
+    for cell in cells:
+        cell_dir = out / "cells" / cell.cell_id
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        print(f"[{time.strftime('%H:%M:%S')}] cell {cell.cell_id}", flush=True)
+        try:
+            papermill.execute_notebook(
+                str(NOTEBOOKS / "bench.ipynb"), str(cell_dir / "bench.ipynb"),
+                parameters={"campaign_dir": str(out), "server_label": cell.server.label,
+                            "workload_name": cell.workload.label},
+                progress_bar=False, cwd=str(cell_dir),
+            )
+        except papermill.PapermillExecutionError as exc:
+            failures.append(cell.cell_id)
+            print(f"  cell {cell.cell_id} failed: {exc.ename}: {exc.evalue}", file=sys.stderr)
+    return render_report(out, failures)
+
+
+def render_report(out: Path, failures: list[str] | None = None) -> Path:
+    import papermill
+    from nbconvert import HTMLExporter
+    from nbformat import read
+
+    papermill.execute_notebook(
+        str(NOTEBOOKS / "compare.ipynb"), str(out / "compare.ipynb"),
+        parameters={"campaign_dir": str(out)}, progress_bar=False, cwd=str(out),
+    )
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    with open(out / "compare.ipynb") as handle:
+        body, _ = exporter.from_notebook_node(read(handle, as_version=4))
+    from bakeoff.store import atomic_write_bytes
+
+    atomic_write_bytes(out / "report.html", body.encode())
+    if failures:
+        print(f"cells that failed: {', '.join(failures)} (see their bench.ipynb and server.log)", file=sys.stderr)
+    return out / "report.html"
+
+
+def load_plans_for(campaign_dir: Path, workload_name: str) -> list[RunPlan]:
+    return load_plans(campaign_dir / "plans" / workload_name)

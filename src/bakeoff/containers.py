@@ -1,0 +1,401 @@
+"""Container lifecycles: find the runtime, check the image, run one backend, always remove it.
+
+The container twin of :func:`bakeoff.launch.run_local_process`. :func:`run_container` is a
+context manager that starts a backend's image with podman (preferred; rootful, with runc)
+or docker, waits until its health endpoint answers on the host port, and removes the
+container on every exit path: success, exception and Ctrl-C. Every container it starts
+carries the label ``bakeoff=1`` so leftovers can be found (:func:`leftover_containers`).
+
+Rendering for a container: the server inside listens on the image's fixed
+``container.container_port`` (the backend YAML writes it literally, never ``{port}``),
+reads the model from ``container.model_mount`` and a rendered config file from
+``/bakeoff/{filename}``. :func:`render_container_launch` renders a launch with those
+in-container paths; callers use it instead of ``render_launch`` for container backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bakeoff.backends import BackendSpec, KnobValue, RenderedLaunch, render_launch
+from bakeoff.errors import LaunchError, RuntimeMissingError
+from bakeoff.launch import ServerHandle, port_in_use, wait_ready
+
+RUNTIMES = ("podman", "docker")
+RUNTIME_ENV = "BAKEOFF_CONTAINER_RUNTIME"
+CONTAINER_CONFIG_DIR = "/bakeoff"
+LABEL = "bakeoff=1"
+LOCAL_IMAGE_PREFIX = "localhost/bakeoff/"
+_RUNC_PATHS = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
+_CLI_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What is known about one image: its digest pins what a run actually used."""
+
+    image: str
+    digest: str
+    build_s: float | None
+    present: bool
+
+
+def find_runtime(preferred: str | None = None) -> str:
+    """``"podman"`` or ``"docker"``: the env var, then ``preferred``, then the first usable one.
+
+    A docker client without a reachable engine does not count as usable (this machine
+    class ships the docker CLI but no daemon).
+    """
+    wanted = os.environ.get(RUNTIME_ENV) or preferred
+    if wanted is not None:
+        if wanted not in RUNTIMES:
+            raise RuntimeMissingError(
+                f"container runtime {wanted!r} is not supported; use one of {', '.join(RUNTIMES)}"
+            )
+        if not _runtime_usable(wanted):
+            raise RuntimeMissingError(f"container runtime {wanted!r} is not usable here. {_hint()}")
+        return wanted
+    for name in RUNTIMES:
+        if _runtime_usable(name):
+            return name
+    raise RuntimeMissingError(f"no container runtime found. {_hint()}")
+
+
+def _hint() -> str:
+    return "Install podman with scripts/setup-podman.sh (or start a docker engine)."
+
+
+def _runtime_usable(name: str) -> bool:
+    if shutil.which(name) is None:
+        return False
+    if name == "podman":
+        return True
+    # The docker CLI answers `version` for the client alone; the server part needs the engine.
+    try:
+        proc = subprocess.run(
+            [name, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def runtime_command(runtime: str) -> list[str]:
+    """The runtime executable with its global flags: podman runs with runc where installed."""
+    if runtime == "podman" and (shutil.which("runc") or any(map(os.path.exists, _RUNC_PATHS))):
+        # crun fails on cgroups on this machine class; runc works.
+        return ["podman", "--runtime", "runc"]
+    return [runtime]
+
+
+def _cli(
+    runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [*runtime_command(runtime), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise RuntimeMissingError(f"{runtime} is not installed. {_hint()}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"`{runtime} {shlex.join(args)}` hung for {timeout_s:.0f} s") from exc
+
+
+def cache_file() -> Path:
+    """``images.json`` written by scripts/build-images.sh: image tag -> build seconds."""
+    base = os.environ.get("BAKEOFF_CACHE_DIR")
+    if base:
+        return Path(base) / "images.json"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "bakeoff" / "images.json"
+
+
+def recorded_build_s(image: str) -> float | None:
+    """Seconds the last local build of ``image`` took, or None when it was not built here."""
+    try:
+        entry = json.loads(cache_file().read_text()).get(image)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(entry, dict) and isinstance(entry.get("build_s"), int | float):
+        return float(entry["build_s"])
+    return None
+
+
+def image_fix_hint(runtime: str, image: str, build: str | None = None) -> str:
+    """The command that makes ``image`` present: a local build, or a pull for registry images."""
+    if build is None and image.startswith(LOCAL_IMAGE_PREFIX):
+        build = image.removeprefix(LOCAL_IMAGE_PREFIX).split(":", 1)[0]
+    if build is not None:
+        return f"scripts/build-images.sh {build}"
+    return f"{runtime} pull {image}"
+
+
+def inspect_image(
+    runtime: str, image: str, *, build: str | None = None, missing_ok: bool = False
+) -> ImageInfo:
+    """Digest and recorded build time of a local image.
+
+    A missing image raises :class:`LaunchError` naming the command that provides it,
+    unless ``missing_ok`` (then ``present`` is False).
+    """
+    proc = _cli(runtime, "image", "inspect", image)
+    if proc.returncode != 0:
+        if missing_ok:
+            return ImageInfo(image=image, digest="", build_s=None, present=False)
+        raise LaunchError(
+            f"container image {image} is not present for {runtime}; "
+            f"get it with: {image_fix_hint(runtime, image, build)}"
+        )
+    try:
+        data = json.loads(proc.stdout)
+        entry = data[0] if isinstance(data, list) else data
+    except (ValueError, IndexError, KeyError) as exc:
+        raise LaunchError(f"`{runtime} image inspect {image}` gave unreadable output") from exc
+    return ImageInfo(
+        image=image, digest=_digest_of(entry), build_s=recorded_build_s(image), present=True
+    )
+
+
+def _digest_of(entry: dict[str, object]) -> str:
+    # A pulled image has a registry digest; a locally built one only its content ID
+    # (podman fills Digest for both, docker only RepoDigests).
+    digest = entry.get("Digest")
+    if isinstance(digest, str) and digest:
+        return digest
+    repo_digests = entry.get("RepoDigests")
+    if isinstance(repo_digests, list) and repo_digests:
+        return str(repo_digests[0]).rpartition("@")[2]
+    image_id = str(entry.get("Id", ""))
+    return image_id if image_id.startswith("sha256:") or not image_id else f"sha256:{image_id}"
+
+
+def render_container_launch(
+    backend: BackendSpec, knobs: dict[str, KnobValue], *, served_model_name: str
+) -> RenderedLaunch:
+    """``render_launch`` with the paths and port as seen from inside the container."""
+    if backend.container is None:
+        raise LaunchError(f"backend {backend.name!r} has no 'container' section")
+    launch = render_launch(
+        backend,
+        knobs,
+        model=backend.container.model_mount,
+        served_model_name=served_model_name,
+        port=backend.container.container_port,
+        host="0.0.0.0",
+    )
+    return replace(launch, argv=container_config_argv(launch))
+
+
+def container_config_argv(launch: RenderedLaunch) -> list[str]:
+    """argv with the config-file argument pointing at its mount inside the container.
+
+    ``render_launch`` resolves ``{config_file}`` to the bare file name, which suits a
+    local process started in its run dir; in a container the file is at
+    ``/bakeoff/{filename}``.
+    """
+    spec = launch.backend.config_file
+    argv = list(launch.argv)
+    if spec is None:
+        return argv
+    inside = f"{CONTAINER_CONFIG_DIR}/{spec.filename}"
+    for i in range(len(argv) - 1):
+        if argv[i] == spec.flag and argv[i + 1] == spec.filename:
+            argv[i + 1] = inside
+    return argv
+
+
+def container_run_args(
+    launch: RenderedLaunch,
+    *,
+    runtime: str,
+    port: int,
+    model_dir: Path,
+    name: str,
+    config_path: Path | None = None,
+) -> list[str]:
+    """The ``run -d ...`` arguments (after :func:`runtime_command`) for one launch. Pure.
+
+    The rendered argv's first word becomes ``--entrypoint`` so the backend YAML, not the
+    image's ENTRYPOINT, decides what runs. ``config_path`` (the rendered config file on
+    the host) is mounted read-only at ``/bakeoff/{filename}``.
+    """
+    spec = launch.backend.container
+    if spec is None:
+        raise LaunchError(f"backend {launch.backend.name!r} has no 'container' section")
+    if not launch.argv:
+        raise LaunchError(f"backend {launch.backend.name!r} renders an empty command")
+    args = [
+        "run", "-d",
+        "--name", name,
+        "--label", LABEL,
+        "-p", f"127.0.0.1:{port}:{spec.container_port}",
+        "-v", f"{Path(model_dir).absolute()}:{spec.model_mount}:ro",
+    ]  # fmt: skip
+    if config_path is not None and launch.backend.config_file is not None:
+        inside = f"{CONTAINER_CONFIG_DIR}/{launch.backend.config_file.filename}"
+        args += ["-v", f"{Path(config_path).absolute()}:{inside}:ro"]
+    for key, value in sorted(launch.env.items()):
+        args += ["-e", f"{key}={value}"]
+    if spec.ipc_host:
+        args.append("--ipc=host")
+    if spec.shm_size:
+        args += ["--shm-size", spec.shm_size]
+    for ulimit in spec.ulimits:
+        args += ["--ulimit", ulimit]
+    if spec.gpus:
+        # docker's --gpus needs the NVIDIA container toolkit hook; podman uses CDI names.
+        args += ["--gpus", "all"] if runtime == "docker" else ["--device", "nvidia.com/gpu=all"]
+    args += ["--entrypoint", launch.argv[0], spec.image, *launch.argv[1:]]
+    return args
+
+
+def leftover_containers(runtime: str) -> list[str]:
+    """IDs of containers (running or not) that bakeoff started and did not remove."""
+    proc = _cli(runtime, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.ID}}")
+    if proc.returncode != 0:
+        raise LaunchError(f"`{runtime} ps` failed: {proc.stderr.strip()}")
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def container_running(runtime: str, ref: str) -> bool:
+    proc = _cli(runtime, "inspect", "--format", "{{.State.Running}}", ref)
+    return proc.returncode == 0 and proc.stdout.strip() == "true"
+
+
+def remove_container(runtime: str, ref: str) -> None:
+    """``rm -f``; a second Ctrl-C during removal still gets one more try."""
+    # A benchmarked server holds nothing worth a graceful stop; kill it at once.
+    args = ["rm", "-f", "-t", "2", ref] if runtime == "podman" else ["rm", "-f", ref]
+    try:
+        _cli(runtime, *args)
+    except KeyboardInterrupt:
+        _cli(runtime, *args)
+        raise
+
+
+class _LogFollower:
+    """Streams ``logs -f`` of a container into the run's server.log."""
+
+    def __init__(self, runtime: str, ref: str, log_path: Path) -> None:
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            [*runtime_command(runtime), "logs", "-f", ref],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def drain(self, timeout_s: float = 5.0) -> None:
+        """Wait for the follower to write what is left (it ends when the container stops)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def run_container(
+    launch: RenderedLaunch,
+    *,
+    port: int,
+    served_model_name: str,
+    model_dir: Path,
+    run_dir: Path,
+    runtime: str | None = None,
+) -> Iterator[ServerHandle]:
+    """Run the launch's image on ``127.0.0.1:port`` until the block ends; always remove it.
+
+    ``launch`` should come from :func:`render_container_launch`. Logs go to
+    ``run_dir/server.log`` as the server writes them, so they are there on failure too.
+    """
+    spec = launch.backend.container
+    if spec is None:
+        raise LaunchError(f"backend {launch.backend.name!r} has no 'container' section")
+    runtime = runtime or find_runtime()
+    if port_in_use(port):
+        raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
+    if not Path(model_dir).is_dir():
+        raise LaunchError(f"model folder {model_dir} does not exist")
+    info = inspect_image(runtime, spec.image, build=spec.build)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "server.log"
+    config_path = None
+    if launch.config_text is not None and launch.backend.config_file is not None:
+        config_path = run_dir / launch.backend.config_file.filename
+        config_path.write_text(launch.config_text)
+    name = f"bakeoff-{launch.backend.name}-{port}-{uuid.uuid4().hex[:8]}"
+    args = container_run_args(
+        launch, runtime=runtime, port=port, model_dir=model_dir, name=name, config_path=config_path
+    )
+    command_line = shlex.join([*runtime_command(runtime), *args])
+    with open(log_path, "ab") as log:
+        log.write(f"$ {command_line}\n".encode())
+    follower: _LogFollower | None = None
+    started = time.monotonic()
+    try:
+        proc = _cli(runtime, *args, timeout_s=300)
+        if proc.returncode != 0:
+            detail = proc.stderr.strip() or proc.stdout.strip()
+            raise LaunchError(f"{runtime} could not start {spec.image}: {detail}")
+        container_id = proc.stdout.strip().splitlines()[-1][:12]
+        follower = _LogFollower(runtime, container_id, log_path)
+
+        def still_running() -> bool:
+            if container_running(runtime, container_id):
+                return True
+            # Let the follower write the last lines before wait_ready quotes the tail.
+            if follower is not None:
+                follower.drain()
+            return False
+
+        wait_ready(
+            f"http://127.0.0.1:{port}{launch.backend.health.path}",
+            timeout_s=launch.backend.health.timeout_s,
+            interval_s=launch.backend.health.interval_s,
+            still_running=still_running,
+            log_path=log_path,
+            what=f"{launch.backend.name} (container {container_id}, image {spec.image})",
+        )
+        yield ServerHandle(
+            base_url=f"http://127.0.0.1:{port}",
+            model=served_model_name,
+            log_path=log_path,
+            command_line=command_line,
+            startup_s=time.monotonic() - started,
+            kind="container",
+            container_id=container_id,
+            image=spec.image,
+            image_digest=info.digest,
+            extra={"runtime": runtime, "container_name": name, "image_build_s": info.build_s},
+        )
+    finally:
+        # By name: it is known even when Ctrl-C came before `run -d` printed the ID.
+        remove_container(runtime, name)
+        if follower is not None:
+            follower.stop()

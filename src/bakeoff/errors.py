@@ -1,0 +1,31 @@
+"""The exception tree every bakeoff failure is raised through.
+
+Callers catch :class:`BakeoffError` to turn any expected failure into a clean message and
+a non-zero exit; anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class BakeoffError(Exception):
+    """Base of every error bakeoff raises on purpose."""
+
+
+class SpecError(BakeoffError):
+    """A campaign, workload, backend or CLI value is invalid; raised before anything starts."""
+
+
+class KnobError(SpecError):
+    """A knob a backend does not have, or a value it does not accept."""
+
+
+class LaunchError(BakeoffError):
+    """A server could not be started or did not become ready."""
+
+
+class RuntimeMissingError(LaunchError):
+    """The container runtime (docker / podman) is not installed or not usable."""
+
+
+class ServerUnreachableError(BakeoffError):
+    """The benchmarked server does not answer at its base URL."""

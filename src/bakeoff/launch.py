@@ -1,0 +1,176 @@
+"""Server lifecycles: start a backend, wait until it is ready, always tear it down.
+
+:func:`launch_server` is a context manager that yields a :class:`ServerHandle` and, on
+every exit path (success, exception, Ctrl-C), stops what it started: the whole process
+group of a local process, or the container. Startup and failed attempts are timed and
+recorded so the report can show engineering effort.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakeoff.backends import RenderedLaunch
+from bakeoff.errors import LaunchError
+
+
+@dataclass
+class ServerHandle:
+    """A running, ready server and what it took to get there."""
+
+    base_url: str
+    model: str
+    log_path: Path
+    command_line: str
+    startup_s: float
+    kind: str  # "process" | "container"
+    pid: int | None = None
+    container_id: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    """A TCP port that is free right now on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def probe(url: str, timeout_s: float = 2.0) -> int | None:
+    """HTTP status of a GET, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_ready(
+    health_url: str,
+    *,
+    timeout_s: float,
+    interval_s: float,
+    still_running: object,
+    log_path: Path,
+    what: str,
+) -> None:
+    """Poll ``health_url`` until it answers 200; fail fast when the server dies."""
+    deadline = time.monotonic() + timeout_s
+    is_running = still_running if callable(still_running) else (lambda: True)
+    while time.monotonic() < deadline:
+        if probe(health_url) == 200:
+            return
+        if not is_running():
+            raise LaunchError(
+                f"{what} exited during startup; last log lines ({log_path}):\n{log_tail(log_path)}"
+            )
+        time.sleep(interval_s)
+    raise LaunchError(
+        f"{what} not ready after {timeout_s:.0f} s at {health_url}; raise health.timeout_s in "
+        f"the backend YAML if it is just slow. Last log lines ({log_path}):\n{log_tail(log_path)}"
+    )
+
+
+def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM the whole group, then SIGKILL what is left; never leaves orphans behind."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    # Children (engine workers) may outlive the leader; the group id still reaches them.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def run_local_process(
+    launch: RenderedLaunch,
+    *,
+    port: int,
+    served_model_name: str,
+    run_dir: Path,
+) -> Iterator[ServerHandle]:
+    """Start the rendered command as its own process group with logs in ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if port_in_use(port):
+        raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
+    log_path = run_dir / "server.log"
+    if launch.config_text is not None and launch.backend.config_file is not None:
+        (run_dir / launch.backend.config_file.filename).write_text(launch.config_text)
+    env = {**os.environ, **launch.env}
+    base_url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    with open(log_path, "ab") as log:
+        log.write(f"$ {launch.command_line}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                launch.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=run_dir,
+                start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            raise LaunchError(f"{launch.backend.name}: cannot run {launch.argv[0]!r}: {exc}") from exc
+    try:
+        wait_ready(
+            base_url + launch.backend.health.path,
+            timeout_s=launch.backend.health.timeout_s,
+            interval_s=launch.backend.health.interval_s,
+            still_running=lambda: proc.poll() is None,
+            log_path=log_path,
+            what=f"{launch.backend.name} (pid {proc.pid})",
+        )
+        yield ServerHandle(
+            base_url=base_url,
+            model=served_model_name,
+            log_path=log_path,
+            command_line=launch.command_line,
+            startup_s=time.monotonic() - started,
+            kind="process",
+            pid=proc.pid,
+        )
+    finally:
+        _stop_process_group(proc)
+
+
+def python_executable() -> str:
+    """The interpreter of this environment: embedded engines are installed beside bakeoff."""
+    return sys.executable

@@ -1,0 +1,159 @@
+"""Generate a local Llama-architecture model: random weights plus a locally trained tokenizer.
+
+No model can be downloaded on the machines bakeoff runs on, so it makes its own: a
+byte-level BPE tokenizer trained on a synthetic corpus (its vocabulary is the model's, so
+generated ids decode to text), a chat template, and random safetensors weights. Everything
+is deterministic from the seed. ``small`` is sized so CPU decode is memory-bandwidth-bound,
+the way GPU decode is; ``tiny`` is for fast tests.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bakeoff.errors import SpecError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODELS_DIR = REPO_ROOT / "models"
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|begin|>", "<|end|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+
+
+PRESETS: dict[str, Preset] = {
+    # head_dim 64: vLLM's CPU attention kernels reject smaller heads (16 failed at run time).
+    "tiny": Preset(2048, 128, 2, 2, 1, 256, 4096),
+    # ~88M parameters, 176 MB in bf16: decode reads all weights per step, like a GPU does.
+    "small": Preset(8192, 768, 12, 12, 4, 2048, 8192),
+}
+
+
+def _syllable_words(rng: random.Random, count: int) -> list[str]:
+    consonants = "bcdfghjklmnprstvwz"
+    vowels = "aeiou"
+    words: set[str] = set()
+    while len(words) < count:
+        n = rng.choice((1, 2, 2, 3, 3, 4))
+        words.add("".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(n)))
+    return sorted(words)
+
+
+def synthetic_corpus(seed: int, words: int = 300_000) -> list[str]:
+    """Zipf-distributed pseudo-words in sentences: enough structure for BPE to learn merges."""
+    rng = random.Random(seed)
+    lexicon = _syllable_words(rng, 12_000)
+    weights = [1.0 / (rank + 1) for rank in range(len(lexicon))]
+    drawn = rng.choices(lexicon, weights=weights, k=words)
+    lines = []
+    for start in range(0, len(drawn), 12):
+        sentence = " ".join(drawn[start : start + 12])
+        lines.append(sentence.capitalize() + ".")
+    return lines
+
+
+def train_tokenizer(vocab_size: int, seed: int) -> object:
+    """A byte-level BPE tokenizer with exactly ``vocab_size`` entries, wrapped for transformers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(synthetic_corpus(seed), trainer=trainer)
+    if tok.get_vocab_size() != vocab_size:
+        raise SpecError(
+            f"tokenizer training gave {tok.get_vocab_size()} tokens, wanted {vocab_size}; "
+            "grow the synthetic corpus"
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin|>",
+        eos_token="<|end|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=1_000_000,
+    )
+
+
+def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
+    """Write config, random bf16 safetensors weights and the tokenizer into ``out_dir``."""
+    if preset not in PRESETS:
+        raise SpecError(f"preset {preset!r} unknown; choose one of: {', '.join(PRESETS)}")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = PRESETS[preset]
+    tokenizer = train_tokenizer(spec.vocab_size, seed)
+    config = LlamaConfig(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        intermediate_size=spec.intermediate_size,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,  # type: ignore[attr-defined]
+        eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
+        pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
+        torch_dtype="bfloat16",
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)  # type: ignore[attr-defined]
+    params = sum(p.numel() for p in model.parameters())
+    meta = {"preset": preset, "seed": seed, "parameters": params, **asdict(spec)}
+    (out_dir / "bakeoff-model.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out_dir
+
+
+def model_is_ready(out_dir: Path, preset: str, seed: int = 0) -> bool:
+    """True when ``out_dir`` already holds this preset from this seed (make is idempotent)."""
+    meta = out_dir / "bakeoff-model.json"
+    if not (meta.is_file() and (out_dir / "model.safetensors").is_file()):
+        return False
+    recorded = json.loads(meta.read_text())
+    return bool(recorded.get("preset") == preset and recorded.get("seed") == seed)
+
+
+def resolve_model_dir(preset: str | None, path: Path | None, models_dir: Path = DEFAULT_MODELS_DIR) -> Path:
+    """The folder a campaign's model lives in; a missing one is an error naming the fix."""
+    if path is not None:
+        if not (path / "config.json").is_file():
+            raise SpecError(f"model.path: {path} has no config.json; point it at a model folder")
+        return path
+    assert preset is not None
+    folder = models_dir / preset
+    if not model_is_ready(folder, preset):
+        raise SpecError(
+            f"model.preset: {preset!r} not generated yet at {folder}; "
+            f"run: bakeoff model make --preset {preset}"
+        )
+    return folder

