@@ -99,7 +99,9 @@ class KnobSpec(_Strict):
             raise ValueError("build_flag needs build_step")
         if self.build_step is not None and self.change_needs != "rebuild":
             # Whatever is compiled into the engine can only change by building it again.
-            raise ValueError("a knob baked into the engine (build_step) needs change_needs: rebuild")
+            raise ValueError(
+                "a knob baked into the engine (build_step) needs change_needs: rebuild"
+            )
         return self
 
 
@@ -338,7 +340,9 @@ def _fill_template(part: str, subs: dict[str, str], backend: BackendSpec) -> str
     """Fill a command-template word; a placeholder nobody provides is a spec error."""
     for name in _PLACEHOLDER.findall(part):
         if name not in subs:
-            raise SpecError(f"backend {backend.name!r}: command uses unknown placeholder {{{name}}}")
+            raise SpecError(
+                f"backend {backend.name!r}: command uses unknown placeholder {{{name}}}"
+            )
     return str(_fill(part, subs))
 
 
@@ -459,7 +463,9 @@ def render_engine_build(
         raise SpecError(f"backend {backend.name!r} has no engine build")
     checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
     subs = {"model": model, "checkpoint_dir": checkpoint_dir, "engine_dir": engine_dir}
-    steps = [[_fill_template(w, subs, backend) for w in step] for step in backend.engine_build.steps]
+    steps = [
+        [_fill_template(w, subs, backend) for w in step] for step in backend.engine_build.steps
+    ]
     owners: dict[str, str] = {}
     for name, spec, value in _active_knobs(backend, checked):
         if spec.build_step is None:
@@ -474,8 +480,8 @@ def render_engine_build(
     return steps
 
 
-def _flag_text_or_default(value: KnobValue | None) -> str:
-    return "(backend picks)" if value is None else _flag_text(value)
+def _default_text(value: KnobValue | None) -> str:
+    return "chosen by the backend" if value is None else _flag_text(value)
 
 
 def describe_launch(
@@ -498,9 +504,16 @@ def describe_launch(
     lines += ["", "command:", f"  {command}"]
     if backend.engine_build is not None:
         steps = render_engine_build(
-            backend, knobs, model="/model", checkpoint_dir="/work/checkpoint", engine_dir="/work/engine"
+            backend,
+            knobs,
+            model="/model",
+            checkpoint_dir="/work/checkpoint",
+            engine_dir="/work/engine",
         )
-        lines += ["", f"engine build (image {backend.engine_build.image}; cached by model + baked knobs;"]
+        lines += [
+            "",
+            f"engine build (image {backend.engine_build.image}; cached by model + baked knobs;",
+        ]
         lines += ["  the engine folder is then served as the model):"]
         lines += [f"  {i + 1}. {shlex.join(step)}" for i, step in enumerate(steps)]
     if launch.config_text is not None and backend.config_file is not None:
@@ -512,10 +525,13 @@ def describe_launch(
     for knob, value in launch.non_default.items():
         spec = backend.knobs[knob]
         lines.append(
-            f"  {knob} = {_flag_text(value)} (default {_flag_text_or_default(spec.default)}): "
+            f"  {knob} = {_flag_text(value)} (default: {_default_text(spec.default)}): "
             f"changing it needs {spec.change_needs}"
         )
-    notes = [*backend.notes, *(f"{k}: {backend.knobs[k].note}" for k in launch.knobs if backend.knobs[k].note)]
+    notes = [
+        *backend.notes,
+        *(f"{k}: {backend.knobs[k].note}" for k in launch.knobs if backend.knobs[k].note),
+    ]
     if notes:
         lines += ["", "notes:", *(f"  - {note}" for note in notes)]
     return "\n".join(lines) + "\n"
@@ -550,7 +566,9 @@ def _container_command(
     return launch, shlex.join([*runtime_command(runtime), *args])
 
 
-def change_cost(backend: BackendSpec, before: dict[str, KnobValue], after: dict[str, KnobValue]) -> ChangeCost:
+def change_cost(
+    backend: BackendSpec, before: dict[str, KnobValue], after: dict[str, KnobValue]
+) -> ChangeCost:
     """What it takes to go from one knob set to another: nothing, a restart or a rebuild."""
     order: list[ChangeCost] = ["nothing", "restart", "rebuild"]
     worst: ChangeCost = "nothing"

@@ -56,7 +56,7 @@ def _context_limit(server: ServerConfig, model_dir: Path | None) -> int | None:
     return None
 
 
-def _check_metrics(where: str, wl: Workload, backend: BackendSpec) -> None:
+def check_metric_support(where: str, wl: Workload, backend: BackendSpec) -> None:
     if isinstance(wl, MultiTurn) and wl.verify_reuse:
         has_counters = "prefix_cache_hits" in backend.metrics.names or "cache_hit_rate" in backend.metrics.names
         if not (has_counters or backend.request.reports_cached_tokens):
@@ -87,7 +87,7 @@ def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = 
                     f"workloads[{j}] ({wl.label}): prompt + output need up to {need} tokens but "
                     f"{where} ({server.label}) accepts {limit}; shorten the workload or raise max_model_len"
                 )
-            _check_metrics(f"workloads[{j}]", wl, backend)
+            check_metric_support(f"workloads[{j}]", wl, backend)
             if only and server.label not in only:
                 continue
             cells.append(Cell(server, backend, wl))

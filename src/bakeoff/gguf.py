@@ -74,7 +74,8 @@ def convert_to_gguf(model_dir: Path, out: Path | None = None, outtype: str = "bf
     an interrupted conversion never leaves a file that looks fresh.
     """
     if outtype not in OUTTYPES:
-        raise LaunchError(f"GGUF outtype {outtype!r} not supported; choose one of: {', '.join(OUTTYPES)}")
+        choices = ", ".join(OUTTYPES)
+        raise LaunchError(f"GGUF outtype {outtype!r} not supported; choose one of: {choices}")
     model_dir = model_dir.resolve()
     if not (model_dir / "config.json").is_file():
         raise LaunchError(f"{model_dir} has no config.json; point at a Hugging Face model folder")
@@ -89,11 +90,20 @@ def convert_to_gguf(model_dir: Path, out: Path | None = None, outtype: str = "bf
             "run scripts/install-llamacpp.sh"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
+    # Per-process temporary name: two runs converting the same model do not collide, and
+    # the rename below is atomic, so readers see either no file or a whole one.
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     log_path = target.with_name(target.name + ".convert.log")
     argv = [
-        sys.executable, "-m", "bakeoff.gguf", str(converter),
-        str(model_dir), "--outfile", str(partial), "--outtype", outtype,
+        sys.executable,
+        "-m",
+        "bakeoff.gguf",
+        str(converter),
+        str(model_dir),
+        "--outfile",
+        str(partial),
+        "--outtype",
+        outtype,
     ]
     started = time.monotonic()
     with open(log_path, "wb") as sink:
@@ -108,6 +118,7 @@ def convert_to_gguf(model_dir: Path, out: Path | None = None, outtype: str = "bf
 
 
 # --- the converter wrapper; runs in a child process (python -m bakeoff.gguf CONVERTER ARGS) ---
+
 
 def pre_tokenizer_from_config(tokenizer_json: Path) -> str | None:
     """llama.cpp's pre-tokenizer name implied by a tokenizer.json, or None when unsure.
@@ -153,7 +164,8 @@ def _fallback_pre(original: Callable[..., str], hf_logger: logging.Logger) -> Ca
             hf_logger.setLevel(previous)
         hf_logger.info(
             "pre-tokenizer hash unknown; tokenizer.json is plain GPT-2 byte-level, "
-            "so tokenizer.ggml.pre = %r", name,
+            "so tokenizer.ggml.pre = %r",
+            name,
         )
         return name
 

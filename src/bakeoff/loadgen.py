@@ -29,7 +29,7 @@ class LoadResult:
 
 
 def _progress(total: int, label: str, show: bool) -> tqdm:
-    return tqdm(total=total, desc=label, unit="req", disable=not show, leave=False, mininterval=0.5)
+    return tqdm(total=total, desc=label, unit="req", disable=not show, leave=True, mininterval=0.5)
 
 
 async def run_plan(

@@ -25,6 +25,8 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
+# Bumped whenever generation changes, so `model make` rebuilds stale folders.
+MODEL_FORMAT = 2
 SPECIAL_TOKENS = ["<|begin|>", "<|end|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
 
@@ -100,6 +102,17 @@ def train_tokenizer(vocab_size: int, seed: int) -> object:
     )
 
 
+def silent_token_ids(tokenizer: object) -> list[int]:
+    """Ids of special tokens and of single bytes that are not valid UTF-8 alone."""
+    vocab: dict[str, int] = tokenizer.get_vocab()  # type: ignore[attr-defined]
+    ids = [vocab[t] for t in SPECIAL_TOKENS]
+    for piece, index in vocab.items():
+        text = tokenizer.convert_tokens_to_string([piece])  # type: ignore[attr-defined]
+        if not text or "\ufffd" in text:
+            ids.append(index)
+    return sorted(set(ids))
+
+
 def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
     """Write config, random bf16 safetensors weights and the tokenizer into ``out_dir``."""
     if preset not in PRESETS:
@@ -125,11 +138,17 @@ def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():
+        # Zero logits for tokens that decode to no text on their own (special tokens, and the
+        # lone non-ASCII bytes of byte-level BPE): random logits of every other token beat 0,
+        # so greedy decoding never picks them and each generated token streams visible text,
+        # as a trained model's would. Without this, TTFT would wait for printable text.
+        model.lm_head.weight[silent_token_ids(tokenizer)] = 0
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)  # type: ignore[attr-defined]
     params = sum(p.numel() for p in model.parameters())
-    meta = {"preset": preset, "seed": seed, "parameters": params, **asdict(spec)}
+    meta = {"preset": preset, "seed": seed, "format": MODEL_FORMAT, "parameters": params, **asdict(spec)}
     (out_dir / "bakeoff-model.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out_dir
 
@@ -140,7 +159,11 @@ def model_is_ready(out_dir: Path, preset: str, seed: int = 0) -> bool:
     if not (meta.is_file() and (out_dir / "model.safetensors").is_file()):
         return False
     recorded = json.loads(meta.read_text())
-    return bool(recorded.get("preset") == preset and recorded.get("seed") == seed)
+    return bool(
+        recorded.get("preset") == preset
+        and recorded.get("seed") == seed
+        and recorded.get("format") == MODEL_FORMAT
+    )
 
 
 def resolve_model_dir(preset: str | None, path: Path | None, models_dir: Path = DEFAULT_MODELS_DIR) -> Path:

@@ -113,9 +113,10 @@ def load_cells(campaign_dir: Path) -> list[dict[str, Any]]:
 def results_frame(campaign_dir: Path) -> pd.DataFrame:
     """One row per run of every cell, with the headline metrics as columns."""
     rows = [_row(cell, s) for cell in load_cells(campaign_dir) for s in cell["summaries"].values()]
+    if not rows:
+        return pd.DataFrame(columns=["server", "backend", "workload", "run", "mode", "concurrency", "rate", "failed"])
     frame = pd.DataFrame(rows)
-    if not frame.empty:
-        frame = frame.sort_values(["workload", "server", "concurrency", "rate"], na_position="last")
+    frame = frame.sort_values(["workload", "server", "concurrency", "rate"], na_position="last")
     return frame.reset_index(drop=True)
 
 

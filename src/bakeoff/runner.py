@@ -13,6 +13,8 @@ import datetime as dt
 import importlib.metadata
 import os
 import platform
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +102,7 @@ def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, A
     interrupted = False
     with RecordJournal(run_dir / RECORDS_JOURNAL) as journal:
         try:
-            asyncio.run(_drive(plan, target, journal))
+            run_coroutine(_drive(plan, target, journal))
         except KeyboardInterrupt:
             interrupted = True
     after = scrape(base_url, backend) if backend is not None else {}
@@ -140,6 +142,56 @@ def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, A
     if interrupted:
         raise KeyboardInterrupt
     return summary
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop  # a faster loop keeps client overhead per chunk low
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def run_coroutine(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` to completion, also from inside a notebook kernel's running loop.
+
+    Jupyter kernels already run an event loop in the main thread, so there the load runs
+    on a fresh loop in a worker thread; Ctrl-C (a kernel interrupt) cancels it cleanly.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        with asyncio.Runner(loop_factory=_new_loop) as runner:
+            runner.run(coro)
+        return
+    loop = _new_loop()
+    task_box: list[asyncio.Task[None]] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        async def main() -> None:
+            task_box.append(asyncio.current_task())  # type: ignore[arg-type]
+            await coro
+
+        try:
+            loop.run_until_complete(main())
+        except BaseException as exc:  # handed to the calling thread below
+            errors.append(exc)
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=work, name="bakeoff-load", daemon=True)
+    thread.start()
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        if task_box:
+            loop.call_soon_threadsafe(task_box[0].cancel)
+        thread.join()
+        raise
+    if errors and not isinstance(errors[0], asyncio.CancelledError):
+        raise errors[0]
 
 
 async def _drive(plan: RunPlan, target: RunTarget, journal: RecordJournal) -> None:

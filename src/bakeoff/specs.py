@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bakeoff.errors import SpecError
 
@@ -78,14 +78,10 @@ class _SampledLengths(_WorkloadBase):
     input_len: LengthDist
     output_len: LengthDist
 
-    @model_validator(mode="before")
+    @field_validator("input_len", "output_len", mode="before")
     @classmethod
-    def _lengths(cls, data: object) -> object:
-        if isinstance(data, dict):
-            for key in ("input_len", "output_len"):
-                if key in data:
-                    data[key] = _as_length(data[key])
-        return data
+    def _lengths(cls, value: object) -> object:
+        return _as_length(value)
 
 
 class ConcurrencySweep(_SampledLengths):

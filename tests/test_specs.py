@@ -1,0 +1,109 @@
+"""Campaign and workload validation: bad input is refused, naming the field, before any run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bakeoff.backends import MetricsSpec, RequestQuirks, load_backend
+from bakeoff.campaign import check_metric_support, validate_campaign
+from bakeoff.errors import SpecError
+from bakeoff.specs import MultiTurn, load_campaign
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASE = {
+    "name": "t",
+    "model": {"preset": "tiny"},
+    "servers": [{"backend": "vllm-cpu", "label": "a"}],
+    "workloads": [{"kind": "concurrency", "levels": [1, 2], "input_len": 32, "output_len": 8}],
+}
+
+
+def write(tmp_path: Path, data: dict[str, object]) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def with_(**changes: object) -> dict[str, object]:
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    data.update(changes)
+    return data
+
+
+def test_valid_campaign_expands_to_cells(tmp_path: Path, tiny_model: Path) -> None:
+    cells = validate_campaign(write(tmp_path, BASE))
+    assert [c.cell_id for c in cells] == ["a__concurrency"]
+
+
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [
+        ({"kind": "concurrency", "levels": [0], "input_len": 8, "output_len": 8}, "levels.0"),
+        ({"kind": "concurrency", "levels": [], "input_len": 8, "output_len": 8}, "levels"),
+        ({"kind": "concurrency", "levels": [1], "input_len": -5, "output_len": 8}, "input_len"),
+        ({"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8, "colour": 1}, "colour"),
+        ({"kind": "open_loop", "rates": [0], "input_len": 8, "output_len": 8}, "rates.0"),
+        ({"kind": "open_loop", "rates": [], "input_len": 8, "output_len": 8}, "rates"),
+        ({"kind": "multi_turn", "turns": 0}, "turns"),
+        ({"kind": "nonsense"}, "workloads.0"),
+    ],
+)
+def test_bad_workload_names_the_field(tmp_path: Path, workload: dict[str, object], field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_campaign(write(tmp_path, with_(workloads=[workload])))
+    assert field in str(err.value)
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"servrs: unknown key"):
+        load_campaign(write(tmp_path, with_(servrs=[])))
+
+
+def test_missing_model_path_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"model.path: .*no config.json"):
+        validate_campaign(write(tmp_path, with_(model={"path": str(tmp_path / "nowhere")})))
+
+
+def test_unknown_backend_lists_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"unknown backend 'vlm'.*vllm-cpu"):
+        validate_campaign(write(tmp_path, with_(servers=[{"backend": "vlm"}])))
+
+
+def test_bad_knob_refused_before_start(tmp_path: Path) -> None:
+    data = with_(servers=[{"backend": "vllm-cpu", "knobs": {"max_num_seqs": 0}}])
+    with pytest.raises(SpecError, match=r"vllm-cpu.*max_num_seqs.*minimum"):
+        validate_campaign(write(tmp_path, data))
+
+
+def test_prompt_plus_output_beyond_context(tmp_path: Path, tiny_model: Path) -> None:
+    data = with_(
+        servers=[{"backend": "vllm-cpu", "label": "a", "knobs": {"max_model_len": 512}}],
+        workloads=[{"kind": "concurrency", "levels": [1], "input_len": 500, "output_len": 64}],
+    )
+    with pytest.raises(SpecError, match=r"workloads\[0\].*564 tokens.*accepts 512"):
+        validate_campaign(write(tmp_path, data))
+
+
+def test_metric_backend_cannot_expose() -> None:
+    backend = load_backend("vllm-cpu").model_copy(
+        update={"metrics": MetricsSpec(names={}), "request": RequestQuirks(reports_cached_tokens=False)}
+    )
+    workload = MultiTurn(conversations=2, turns=2, system_prompt_len=64)
+    with pytest.raises(SpecError, match=r"workloads\[0\].verify_reuse: backend 'vllm-cpu'"):
+        check_metric_support("workloads[0]", workload, backend)
+    check_metric_support("workloads[0]", MultiTurn(verify_reuse=False), backend)
+
+
+def test_gpu_backend_needs_gpu_flag(tmp_path: Path) -> None:
+    data = with_(servers=[{"backend": "vllm", "label": "g"}])
+    with pytest.raises(SpecError, match=r"servers\[0\].backend: vllm needs a GPU"):
+        validate_campaign(write(tmp_path, data))
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "campaigns").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_campaigns_validate(path: Path) -> None:
+    assert validate_campaign(path)

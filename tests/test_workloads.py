@@ -1,0 +1,93 @@
+"""Request plans: token-exact prompts, byte-identical replays, arrival statistics, reuse."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff.client import ClientSettings, request_body
+from bakeoff.prompts import PromptFactory, load_tokenizer
+from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop
+from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, save_plans
+
+
+@pytest.fixture(scope="module")
+def builder(tiny_model: Path) -> PlanBuilder:
+    return PlanBuilder(PromptFactory(load_tokenizer(tiny_model)))
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 17, 256, 4000])
+def test_prompts_have_exact_token_counts(builder: PlanBuilder, tokens: int) -> None:
+    text = builder.prompts.text(tokens, random.Random(tokens))
+    assert builder.prompts.tokenizer.count(text) == tokens
+
+
+def test_sampled_lengths_are_exact_per_request(builder: PlanBuilder) -> None:
+    wl = ConcurrencySweep(levels=[2], requests_per_level=30,
+                          input_len={"dist": "uniform", "min": 10, "max": 300}, output_len=8)
+    plan = builder.build(wl)[0]
+    counts = [builder.prompts.tokenizer.count(r.prompt or "") for r in plan.requests]
+    assert counts == [r.prompt_tokens for r in plan.requests]
+    assert len(set(counts)) > 10  # really distributed, not one length
+
+
+def test_same_plan_file_replays_byte_identical_requests(builder: PlanBuilder, tmp_path: Path) -> None:
+    wl = ConcurrencySweep(levels=[1, 4], input_len=64, output_len=16, seed=7)
+    plans = builder.build(wl)
+    save_plans(plans, tmp_path / "plans")
+    again = load_plans(tmp_path / "plans")
+    assert [p.name for p in again] == ["c1", "c4"]
+    settings = ClientSettings(base_url="http://x", model="m")
+    first = [request_body(r, settings) for p in plans for r in p.warmup + p.requests]
+    second = [request_body(r, settings) for p in again for r in p.warmup + p.requests]
+    assert first == second
+    rebuilt = [request_body(r, settings) for p in builder.build(wl) for r in p.warmup + p.requests]
+    assert rebuilt == first  # the seed alone reproduces the plan
+
+
+def test_requests_carry_max_tokens_and_ignore_eos(builder: PlanBuilder) -> None:
+    plan = builder.build(ConcurrencySweep(levels=[1], input_len=8, output_len=33))[0]
+    body = request_body(plan.requests[0], ClientSettings(base_url="http://x", model="m"))
+    assert b'"max_tokens":33' in body and b'"ignore_eos":true' in body
+    assert b'"include_usage":true' in body
+
+
+@pytest.mark.parametrize(("kind", "burstiness", "cv"), [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5)])
+def test_arrival_rate_and_burstiness(kind: str, burstiness: float, cv: float) -> None:
+    times = np.array(arrival_times(20_000, 8.0, kind, burstiness, seed=3))
+    gaps = np.diff(times)
+    assert abs(1.0 / gaps.mean() - 8.0) / 8.0 < 0.03
+    assert abs(gaps.std() / gaps.mean() - cv) / cv < 0.05
+
+
+def test_open_loop_plans_one_schedule_per_rate(builder: PlanBuilder) -> None:
+    wl = OpenLoop(rates=[1.0, 4.0], requests_per_rate=40, input_len=16, output_len=4)
+    plans = builder.build(wl)
+    assert [p.rate for p in plans] == [1.0, 4.0]
+    for plan in plans:
+        offsets = [r.arrival_s for r in plan.requests]
+        assert offsets == sorted(offsets) and offsets[0] == 0.0
+
+
+def test_multi_turn_plan_and_designed_reuse(builder: PlanBuilder) -> None:
+    wl = MultiTurn(conversations=4, turns=3, system_prompt_len=200, user_len=20, output_len=10)
+    plan = builder.build(wl)[0]
+    assert len(plan.sessions) == 4 and all(len(s.user_turns) == 3 for s in plan.sessions)
+    assert len({s.system_prompt for s in plan.sessions}) == 1
+    # Prompts per turn: 220, 250, 280; conversation 0 reuses 0 + 230 + 260, others 200 + 230 + 260.
+    expected = (490 + 3 * 690) / (4 * 750)
+    assert designed_reuse(plan) == pytest.approx(expected)
+
+
+def test_long_prompt_mix_interleaves_classes(builder: PlanBuilder) -> None:
+    wl = LongPromptMix(short_rate=4.0, short_requests=16, long_every=4, long_input_len=1000,
+                       short_input_len=32, endpoint="completions")
+    plan = builder.build(wl)[0]
+    groups = [r.group for r in sorted(plan.requests, key=lambda r: r.arrival_s)]
+    assert groups.count("long") == 4 and groups.count("short") == 16
+    assert groups.index("long") == 4  # arrives after the 4th short, before the 5th
+    longs = [r for r in plan.requests if r.group == "long"]
+    assert all(builder.prompts.tokenizer.count(r.prompt or "") == 1000 for r in longs)
