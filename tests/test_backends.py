@@ -718,17 +718,36 @@ def test_describe_shows_command_options_costs_and_notes() -> None:
         "trtllm-engine", {"max_num_seqs": 64, "chunked_prefill": "true"}, model="/models/tiny"
     )
     assert "nvcr.io/nvidia/tensorrt-llm/release:" in text
-    assert (
-        "--ipc=host" in text
-        and "--ulimit memlock=-1" in text
-        and "-v /models/tiny:/model:ro" in text
-    )
+    assert "--ipc=host" in text and "--ulimit memlock=-1" in text
+    # Without the model folder the cache key is unknown; the engine folder is still named.
+    assert "<key>/engine:/model:ro" in text and "not built yet" in text
     assert "--served_model_name tiny" in text
     assert "trtllm-build" in text and "--max_batch_size 64" in text
     assert "options.yaml (--config):" in text and "enable_chunked_prefill: true" in text
     assert "max_num_seqs = 64 (default: 2048): changing it needs rebuild" in text
     assert "chunked_prefill = true (default: false): changing it needs restart" in text
     assert "notes:" in text
+
+
+def test_describe_engine_flow_mounts_the_cached_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bakeoff.engine_build import engine_cache_key
+
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    backend = load_backend("trtllm-engine")
+    key = engine_cache_key(model, backend, {"max_num_seqs": 8})
+    engine = tmp_path / "cache" / "engines" / key / "engine"
+    text = describe_launch("trtllm-engine", {"max_num_seqs": 8}, model=str(model))
+    assert f"-v {engine}:/model:ro" in text and "not built yet" in text
+    engine.mkdir(parents=True)
+    (engine / "config.json").write_text("{}")
+    (engine.parent / "build.json").write_text('{"seconds": 1}')
+    text = describe_launch("trtllm-engine", {"max_num_seqs": 8}, model=str(model))
+    assert f"already built: {engine}" in text and "--served_model_name tiny" in text
 
 
 def test_describe_a_process_backend_and_defaults() -> None:

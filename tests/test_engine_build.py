@@ -94,11 +94,12 @@ def test_key_follows_baked_knobs_only(tmp_path: Path) -> None:
     model = _model(tmp_path)
     base = engine_cache_key(model, ENGINE, {})
     # Runtime knobs restart the server on the same engine.
-    for knob, value in (
+    runtime: tuple[tuple[str, KnobValue], ...] = (
         ("gpu_memory_utilization", 0.5),
         ("chunked_prefill", True),
         ("prefix_caching", False),
-    ):
+    )
+    for knob, value in runtime:
         assert engine_cache_key(model, ENGINE, {knob: value}) == base
     # An explicit default builds the same engine as leaving it unset.
     assert engine_cache_key(model, ENGINE, {"max_num_seqs": 2048, "quantization": "none"}) == base

@@ -495,13 +495,8 @@ def describe_launch(
     backend = load_backend(name)
     served = Path(model).name or "model"
     lines = [f"backend: {backend.name} ({backend.display_name}) {backend.version}".rstrip()]
-    if backend.runtime == "container":
-        launch, command = _container_command(backend, knobs, model=model, port=port, served=served)
-    else:
-        launch = render_launch(backend, knobs, model=model, served_model_name=served, port=port)
-        env = [f"{k}={v}" for k, v in sorted(launch.env.items())]
-        command = shlex.join(["env", *env, *launch.argv]) if env else launch.command_line
-    lines += ["", "command:", f"  {command}"]
+    build_lines: list[str] = []
+    mounted = model
     if backend.engine_build is not None:
         steps = render_engine_build(
             backend,
@@ -510,12 +505,23 @@ def describe_launch(
             checkpoint_dir="/work/checkpoint",
             engine_dir="/work/engine",
         )
-        lines += [
+        # The server mounts the built engine folder, not the checkpoint.
+        mounted, built = _engine_folder(backend, knobs, model)
+        build_lines += [
             "",
             f"engine build (image {backend.engine_build.image}; cached by model + baked knobs;",
+            f"  {'already built' if built else 'not built yet'}: {mounted}):",
         ]
-        lines += ["  the engine folder is then served as the model):"]
-        lines += [f"  {i + 1}. {shlex.join(step)}" for i, step in enumerate(steps)]
+        build_lines += [f"  {i + 1}. {shlex.join(step)}" for i, step in enumerate(steps)]
+    if backend.runtime == "container":
+        launch, command = _container_command(
+            backend, knobs, model=mounted, port=port, served=served
+        )
+    else:
+        launch = render_launch(backend, knobs, model=model, served_model_name=served, port=port)
+        env = [f"{k}={v}" for k, v in sorted(launch.env.items())]
+        command = shlex.join(["env", *env, *launch.argv]) if env else launch.command_line
+    lines += ["", "command:", f"  {command}", *build_lines]
     if launch.config_text is not None and backend.config_file is not None:
         lines += ["", f"{backend.config_file.filename} ({backend.config_file.flag}):"]
         lines += [f"  {line}" for line in launch.config_text.rstrip().splitlines()]
@@ -535,6 +541,22 @@ def describe_launch(
     if notes:
         lines += ["", "notes:", *(f"  - {note}" for note in notes)]
     return "\n".join(lines) + "\n"
+
+
+def _engine_folder(
+    backend: BackendSpec, knobs: dict[str, KnobValue], model: str
+) -> tuple[str, bool]:
+    """Where the engine for this model and knob set is cached, and whether it is built."""
+    # Imported here: bakeoff.engine_build imports this module.
+    from bakeoff.engine_build import default_cache_dir, engine_cache_key, read_record
+
+    try:
+        key = engine_cache_key(Path(model), backend, knobs)
+    except SpecError:
+        # The key hashes the model's files; without the folder it cannot be known here.
+        return str(default_cache_dir() / "<key>" / "engine"), False
+    work = default_cache_dir() / key
+    return str(work / "engine"), read_record(work) is not None
 
 
 def _container_command(

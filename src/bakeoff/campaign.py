@@ -31,6 +31,7 @@ from bakeoff.store import SUMMARY, read_json, write_json
 from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, save_plans
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 REPORTS = REPO_ROOT / "reports"
 CAMPAIGN_COPY = "campaign.yaml"
 CELL_INFO = "cell.json"
@@ -149,7 +150,7 @@ def start_server(cell: Cell, model_dir: Path, served_name: str, run_dir: Path) -
         yield handle, launch
 
 
-def run_cell(campaign_dir: Path, server_label: str, workload_name: str, *, measure_restart: bool = True) -> dict[str, Any]:
+def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[str, Any]:
     """Launch one server, run one workload's plans, save runs and the cell's effort record."""
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
     model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
@@ -177,7 +178,7 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, *, measu
             target = RunTarget(settings, cell.backend, server_info, spec.slo, show_progress=False)
             for plan in plans:
                 summaries[plan.name] = execute_plan(plan, target, cell_dir / "runs" / plan.name)
-        if measure_restart:
+        if spec.measure_warm_restart:
             effort["warm_restart_s"] = _time_restart(cell, model_dir, spec.model.served_name, cell_dir)
         info["status"] = "ok"
     except LaunchError as exc:
@@ -266,7 +267,10 @@ def render_report(out: Path, failures: list[str] | None = None) -> Path:
         str(NOTEBOOKS / "compare.ipynb"), str(out / "compare.ipynb"),
         parameters={"campaign_dir": str(out)}, progress_bar=False, cwd=str(out),
     )
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    exporter = HTMLExporter(
+        exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+        extra_template_basedirs=[str(TEMPLATES)], template_name="offline",
+    )
     with open(out / "compare.ipynb") as handle:
         body, _ = exporter.from_notebook_node(read(handle, as_version=4))
     from bakeoff.store import atomic_write_bytes

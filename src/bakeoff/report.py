@@ -206,6 +206,7 @@ def sweep_figure(frame: pd.DataFrame, workload: str) -> Any:
         ax.legend(fontsize=7)
     fig.suptitle(f"workload: {workload}")
     fig.tight_layout()
+    plt.close(fig)  # shown once, by the notebook's display(), not again by the inline backend
     return fig
 
 
@@ -226,6 +227,7 @@ def turn_figure(campaign_dir: Path) -> Any:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
+    plt.close(fig)
     return fig
 
 

