@@ -12,7 +12,7 @@
 # folders, its index URLs as build args (local file:// indexes are mounted read-only at
 # the same path), and its CA bundle as a build secret, since TLS to the package registry
 # may be re-signed by a private or corporate-proxy CA.
-set -euo pipefail
+set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BASE_TAG=localhost/bakeoff/debian-base:bookworm

@@ -13,7 +13,9 @@ import socket
 import subprocess
 import tarfile
 import urllib.request
+import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +34,16 @@ from bakeoff.containers import (
     runtime_command,
 )
 from bakeoff.errors import LaunchError, RuntimeMissingError
-from bakeoff.launch import free_port
+from bakeoff.launch import ServerHandle, free_port
 
 REPO = BACKENDS_DIR.parent
 TINY_IMAGE = "localhost/bakeoff/test-tiny:1"
 BASE_IMAGE = "localhost/bakeoff/debian-base:bookworm"
 
 
-def _spec(image: str, command: list[str], **overrides: Any) -> BackendSpec:
+def _spec(image: str, command: list[str], name: str = "throwaway", **overrides: Any) -> BackendSpec:
     data: dict[str, Any] = {
-        "name": "throwaway",
+        "name": name,
         "display_name": "throwaway",
         "runtime": "container",
         "command": command,
@@ -239,11 +241,14 @@ def tiny_image() -> str:
 
 
 @pytest.fixture
-def no_leftovers() -> Iterator[None]:
-    """Fails the test when it leaves a bakeoff-labelled container behind."""
-    before = set(leftover_containers("podman"))
-    yield
-    assert set(leftover_containers("podman")) - before == set()
+def backend_name() -> Iterator[str]:
+    """A backend name of this test alone; fails the test if a container of it is left behind.
+
+    Unique, so other test runs sharing the machine's podman cannot confuse the check.
+    """
+    name = f"throwaway-{uuid.uuid4().hex[:8]}"
+    yield name
+    assert leftover_containers("podman", name_contains=name) == []
 
 
 @pytest.fixture
@@ -253,7 +258,9 @@ def model_dir(tmp_path: Path) -> Path:
     return path
 
 
-def _run(spec: BackendSpec, model_dir: Path, run_dir: Path, port: int | None = None) -> Any:
+def _run(
+    spec: BackendSpec, model_dir: Path, run_dir: Path, port: int | None = None
+) -> AbstractContextManager[ServerHandle]:
     launch = render_container_launch(spec, {}, served_model_name="m")
     return run_container(
         launch,
@@ -267,9 +274,15 @@ def _run(spec: BackendSpec, model_dir: Path, run_dir: Path, port: int | None = N
 
 @needs_podman
 @pytest.mark.container
-@pytest.mark.usefixtures("no_leftovers")
-def test_missing_image_names_build_command(model_dir: Path, tmp_path: Path) -> None:
-    spec = _spec("localhost/bakeoff/not-built:0", ["/bin/true"], container={"build": "not-built"})
+def test_missing_image_names_build_command(
+    backend_name: str, model_dir: Path, tmp_path: Path
+) -> None:
+    spec = _spec(
+        "localhost/bakeoff/not-built:0",
+        ["/bin/true"],
+        backend_name,
+        container={"build": "not-built"},
+    )
     with pytest.raises(LaunchError) as err, _run(spec, model_dir, tmp_path / "run"):
         pass
     assert "localhost/bakeoff/not-built:0" in str(err.value)
@@ -278,14 +291,17 @@ def test_missing_image_names_build_command(model_dir: Path, tmp_path: Path) -> N
 
 @needs_podman
 @pytest.mark.container
-@pytest.mark.usefixtures("no_leftovers")
 def test_container_exiting_during_startup_fails_fast_with_log(
-    tiny_image: str, model_dir: Path, tmp_path: Path
+    backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
 ) -> None:
-    spec = _spec(tiny_image, ["/usr/bin/sleep", "--bogus-option"], health={"timeout_s": 60})
-    with pytest.raises(LaunchError, match="exited during startup") as err:  # noqa: SIM117
-        with _run(spec, model_dir, tmp_path / "run"):
-            pass
+    spec = _spec(
+        tiny_image, ["/usr/bin/sleep", "--bogus-option"], backend_name, health={"timeout_s": 60}
+    )
+    with (
+        pytest.raises(LaunchError, match="exited during startup") as err,
+        _run(spec, model_dir, tmp_path / "run"),
+    ):
+        pass
     # sleep's own complaint reached server.log and the error message.
     assert "bogus" in str(err.value)
     assert "bogus" in (tmp_path / "run" / "server.log").read_text()
@@ -293,11 +309,10 @@ def test_container_exiting_during_startup_fails_fast_with_log(
 
 @needs_podman
 @pytest.mark.container
-@pytest.mark.usefixtures("no_leftovers")
 def test_container_running_false_fails_fast(
-    tiny_image: str, model_dir: Path, tmp_path: Path
+    backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
 ) -> None:
-    spec = _spec(tiny_image, ["/usr/bin/false"], health={"timeout_s": 60})
+    spec = _spec(tiny_image, ["/usr/bin/false"], backend_name, health={"timeout_s": 60})
     with (
         pytest.raises(LaunchError, match="exited during startup"),
         _run(spec, model_dir, tmp_path / "run"),
@@ -307,11 +322,10 @@ def test_container_running_false_fails_fast(
 
 @needs_podman
 @pytest.mark.container
-@pytest.mark.usefixtures("no_leftovers")
 def test_readiness_timeout_removes_container(
-    tiny_image: str, model_dir: Path, tmp_path: Path
+    backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
 ) -> None:
-    spec = _spec(tiny_image, ["/usr/bin/sleep", "600"], health={"timeout_s": 3})
+    spec = _spec(tiny_image, ["/usr/bin/sleep", "600"], backend_name, health={"timeout_s": 3})
     with (
         pytest.raises(LaunchError, match="not ready after 3 s"),
         _run(spec, model_dir, tmp_path / "run"),
@@ -322,13 +336,14 @@ def test_readiness_timeout_removes_container(
 
 @needs_podman
 @pytest.mark.container
-@pytest.mark.usefixtures("no_leftovers")
-def test_port_in_use_is_refused(tiny_image: str, model_dir: Path, tmp_path: Path) -> None:
+def test_port_in_use_is_refused(
+    backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
+) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        spec = _spec(tiny_image, ["/usr/bin/sleep", "600"])
+        spec = _spec(tiny_image, ["/usr/bin/sleep", "600"], backend_name)
         with (
             pytest.raises(LaunchError, match=f"port {port} is already in use"),
             _run(spec, model_dir, tmp_path / "run", port=port),
@@ -338,14 +353,15 @@ def test_port_in_use_is_refused(tiny_image: str, model_dir: Path, tmp_path: Path
 
 @needs_podman
 @pytest.mark.container
-@pytest.mark.usefixtures("no_leftovers")
-def test_ready_server_yields_handle_and_is_removed_after(model_dir: Path, tmp_path: Path) -> None:
+def test_ready_server_yields_handle_and_is_removed_after(
+    backend_name: str, model_dir: Path, tmp_path: Path
+) -> None:
     if not inspect_image("podman", BASE_IMAGE, missing_ok=True).present:
         pytest.skip(f"{BASE_IMAGE} not built; run scripts/build-images.sh debian-base")
     (model_dir / "health").write_text("ok\n")
     # python3's http.server serves the model mount, so /health answers 200 from the file.
     command = ["python3", "-m", "http.server", "8000", "--directory", "{model}"]
-    spec = _spec(BASE_IMAGE, command, health={"timeout_s": 60})
+    spec = _spec(BASE_IMAGE, command, backend_name, health={"timeout_s": 60})
     with _run(spec, model_dir, tmp_path / "run") as handle:
         assert handle.kind == "container"
         assert handle.image == BASE_IMAGE

@@ -268,7 +268,7 @@ def check_knob(backend: BackendSpec, name: str, value: KnobValue) -> KnobValue:
     if spec is None:
         have = ", ".join(sorted(backend.knobs)) or "none"
         reason = backend.unsupported.get(name)
-        why = f" ({reason})" if reason else ""
+        why = f": {reason}" if reason else ""
         raise KnobError(f"{where}: {backend.name} has no such knob{why}; it supports: {have}")
     coerced = _coerce(spec, value, where)
     if spec.choices is not None and coerced not in spec.choices:

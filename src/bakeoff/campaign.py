@@ -21,12 +21,13 @@ from typing import Any
 from bakeoff.backends import BackendSpec, RenderedLaunch, load_backend, render_launch
 from bakeoff.client import ClientSettings
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.launch import ServerHandle, free_port, run_local_process
+from bakeoff.launch import ServerHandle, free_port, reap_leftovers, run_local_process
 from bakeoff.metrics import cost_per_million_tokens
 from bakeoff.modelgen import REPO_ROOT, resolve_model_dir
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.specs import CampaignSpec, MultiTurn, ServerConfig, Workload, load_campaign
+from bakeoff.slo import resolve_slo, search_max_rate
+from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Workload, load_campaign
 from bakeoff.store import SUMMARY, read_json, write_json
 from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, save_plans
 
@@ -175,9 +176,19 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[
                 request_timeout_s=cell.workload.request_timeout_s, stall_timeout_s=cell.workload.stall_timeout_s,
                 count_tokens=tokenizer.count,
             )
-            target = RunTarget(settings, cell.backend, server_info, spec.slo, show_progress=False)
+            slo = resolve_slo(spec.slo)
+            target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False)
             for plan in plans:
                 summaries[plan.name] = execute_plan(plan, target, cell_dir / "runs" / plan.name)
+            wl = cell.workload
+            if isinstance(wl, OpenLoop) and wl.slo_search:
+                tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
+
+                def execute(plan: RunPlan) -> dict[str, Any]:
+                    summaries[plan.name] = execute_plan(plan, target, cell_dir / "runs" / plan.name)
+                    return summaries[plan.name]
+
+                info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
         if spec.measure_warm_restart:
             effort["warm_restart_s"] = _time_restart(cell, model_dir, spec.model.served_name, cell_dir)
         info["status"] = "ok"
@@ -236,11 +247,19 @@ def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None)
 
 def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None = None) -> Path:
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``."""
-    import papermill
-
     spec, cells = prepare(path, out_dir or REPORTS / load_campaign(path).name, only)
     out = out_dir or REPORTS / spec.name
     failures = []
+    try:
+        _run_cells(cells, out, failures)
+    finally:
+        reap_leftovers(out / "cells")
+    return render_report(out, failures)
+
+
+def _run_cells(cells: list[Cell], out: Path, failures: list[str]) -> None:
+    import papermill
+
     for cell in cells:
         cell_dir = out / "cells" / cell.cell_id
         cell_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +274,6 @@ def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None
         except papermill.PapermillExecutionError as exc:
             failures.append(cell.cell_id)
             print(f"  cell {cell.cell_id} failed: {exc.ename}: {exc.evalue}", file=sys.stderr)
-    return render_report(out, failures)
 
 
 def render_report(out: Path, failures: list[str] | None = None) -> Path:

@@ -38,6 +38,7 @@ LABEL = "bakeoff=1"
 LOCAL_IMAGE_PREFIX = "localhost/bakeoff/"
 _RUNC_PATHS = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
 _CLI_TIMEOUT_S = 60.0
+_HINT = "Install podman with scripts/setup-podman.sh (or start a docker engine)."
 
 
 @dataclass(frozen=True)
@@ -63,16 +64,12 @@ def find_runtime(preferred: str | None = None) -> str:
                 f"container runtime {wanted!r} is not supported; use one of {', '.join(RUNTIMES)}"
             )
         if not _runtime_usable(wanted):
-            raise RuntimeMissingError(f"container runtime {wanted!r} is not usable here. {_hint()}")
+            raise RuntimeMissingError(f"container runtime {wanted!r} is not usable here. {_HINT}")
         return wanted
     for name in RUNTIMES:
         if _runtime_usable(name):
             return name
-    raise RuntimeMissingError(f"no container runtime found. {_hint()}")
-
-
-def _hint() -> str:
-    return "Install podman with scripts/setup-podman.sh (or start a docker engine)."
+    raise RuntimeMissingError(f"no container runtime found. {_HINT}")
 
 
 def _runtime_usable(name: str) -> bool:
@@ -82,12 +79,8 @@ def _runtime_usable(name: str) -> bool:
         return True
     # The docker CLI answers `version` for the client alone; the server part needs the engine.
     try:
-        proc = subprocess.run(
-            [name, "version", "--format", "{{.Server.Version}}"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
+        args = [name, "version", "--format", "{{.Server.Version}}"]
+        proc = subprocess.run(args, capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
@@ -114,7 +107,7 @@ def _cli(
             stdin=subprocess.DEVNULL,
         )
     except FileNotFoundError as exc:
-        raise RuntimeMissingError(f"{runtime} is not installed. {_hint()}") from exc
+        raise RuntimeMissingError(f"{runtime} is not installed. {_HINT}") from exc
     except subprocess.TimeoutExpired as exc:
         raise LaunchError(f"`{runtime} {shlex.join(args)}` hung for {timeout_s:.0f} s") from exc
 
@@ -267,9 +260,15 @@ def container_run_args(
     return args
 
 
-def leftover_containers(runtime: str) -> list[str]:
-    """IDs of containers (running or not) that bakeoff started and did not remove."""
-    proc = _cli(runtime, "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.ID}}")
+def leftover_containers(runtime: str, name_contains: str | None = None) -> list[str]:
+    """IDs of containers (running or not) that bakeoff started and did not remove.
+
+    ``name_contains`` narrows it to one backend's containers (their names hold its name).
+    """
+    filters = ["--filter", f"label={LABEL}"]
+    if name_contains:
+        filters += ["--filter", f"name={name_contains}"]
+    proc = _cli(runtime, "ps", "-a", *filters, "--format", "{{.ID}}")
     if proc.returncode != 0:
         raise LaunchError(f"`{runtime} ps` failed: {proc.stderr.strip()}")
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
@@ -363,7 +362,7 @@ def run_container(
         if proc.returncode != 0:
             detail = proc.stderr.strip() or proc.stdout.strip()
             raise LaunchError(f"{runtime} could not start {spec.image}: {detail}")
-        container_id = proc.stdout.strip().splitlines()[-1][:12]
+        container_id = (proc.stdout.split() or [name])[-1][:12]
         follower = _LogFollower(runtime, container_id, log_path)
 
         def still_running() -> bool:

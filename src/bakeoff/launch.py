@@ -100,6 +100,39 @@ def wait_ready(
     )
 
 
+PID_FILE = "server.pgid"
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it if bakeoff itself dies (no orphaned servers)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def reap_leftovers(root: Path) -> list[int]:
+    """Kill process groups recorded under ``root`` whose owner never tore them down.
+
+    A campaign interrupted hard (its notebook kernel killed mid-cell) cannot run the
+    launcher's own teardown; the recorded group id still lets the campaign clean up.
+    """
+    killed = []
+    for pid_file in root.rglob(PID_FILE):
+        try:
+            pgid = int(pid_file.read_text().strip())
+            os.killpg(pgid, signal.SIGKILL)
+            killed.append(pgid)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+        pid_file.unlink(missing_ok=True)
+    return killed
+
+
 def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
     """SIGTERM the whole group, then SIGKILL what is left; never leaves orphans behind."""
     if proc.poll() is None:
@@ -146,9 +179,12 @@ def run_local_process(
                 env=env,
                 cwd=run_dir,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except FileNotFoundError as exc:
             raise LaunchError(f"{launch.backend.name}: cannot run {launch.argv[0]!r}: {exc}") from exc
+    pid_file = run_dir / PID_FILE
+    pid_file.write_text(f"{proc.pid}\n")
     try:
         wait_ready(
             base_url + launch.backend.health.path,
@@ -169,6 +205,7 @@ def run_local_process(
         )
     finally:
         _stop_process_group(proc)
+        pid_file.unlink(missing_ok=True)
 
 
 def python_executable() -> str:

@@ -259,11 +259,8 @@ class ReferenceServer:
         self.stats.running += 1
         try:
             if not body.get("stream"):
-                await asyncio.sleep(
-                    max(
-                        0.0,
-                        t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3 - time.monotonic(),
-                    )
+                await self.stats.pacer.until(
+                    t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3
                 )
                 return self._whole(chat, "".join(texts), usage)
             return await self._stream(
@@ -300,7 +297,6 @@ class ReferenceServer:
         usage: dict[str, Any] | None,
         faulty: bool,
     ) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
         stats = self.stats
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -24,6 +24,7 @@ from bakeoff.client import ClientSettings, StreamingClient
 from bakeoff.loadgen import run_plan
 from bakeoff.metrics import summarize
 from bakeoff.records import RequestRecord
+from bakeoff.slo import run_meets_slo
 from bakeoff.specs import Slo
 from bakeoff.store import (
     RECORDS_JOURNAL,
@@ -109,6 +110,8 @@ def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, A
     records = read_journal(run_dir / RECORDS_JOURNAL)
     write_records(run_dir / RECORDS_PARQUET, records)
     summary = summarize(records, target.slo)
+    if "slo" in summary and target.slo is not None:
+        summary["slo"]["p99_met"] = run_meets_slo(summary, target.slo)
     summary["workload"] = {"run": plan.name, "mode": plan.mode, **plan.workload,
                            "concurrency": plan.concurrency, "rate": plan.rate}
     summary["interrupted"] = interrupted

@@ -106,7 +106,9 @@ class OpenLoop(_SampledLengths):
     burstiness: Annotated[float, Field(gt=0)] = 1.0
     requests_per_rate: Annotated[int, Field(gt=0)] = 64
     max_concurrency: Annotated[int, Field(gt=0)] | None = None
-    slo_search: bool = False
+    slo_search: bool = Field(default=False, description="then search the highest rate meeting the SLO")
+    search_steps: Annotated[int, Field(ge=1, le=12)] = 4
+    search_tolerance: Annotated[float, Field(gt=0)] = 0.15
 
 
 class MultiTurn(_WorkloadBase):
@@ -143,9 +145,15 @@ Workload = Annotated[
 ]
 
 
+SloPreset = Literal[
+    "mlperf-llama3.1-8b", "mlperf-llama2-70b", "mlperf-llama2-70b-interactive", "mlperf-llama3.1-405b"
+]
+
+
 class Slo(Strict):
     """Service-level objectives; a request meets the SLO when it meets every bound set."""
 
+    preset: SloPreset | None = Field(default=None, description="MLPerf-style TTFT/TPOT bounds")
     ttft_ms: Annotated[float, Field(gt=0)] | None = None
     tpot_ms: Annotated[float, Field(gt=0)] | None = None
     e2e_ms: Annotated[float, Field(gt=0)] | None = None
@@ -197,6 +205,14 @@ class CampaignSpec(Strict):
     slo: Slo = Field(default_factory=Slo)
     gpu: bool = False
     measure_warm_restart: bool = Field(default=True, description="start each server a second time")
+
+    @model_validator(mode="after")
+    def _slo_for_search(self) -> CampaignSpec:
+        bounded = self.slo.preset or self.slo.ttft_ms or self.slo.tpot_ms or self.slo.e2e_ms
+        for i, wl in enumerate(self.workloads):
+            if isinstance(wl, OpenLoop) and wl.slo_search and not bounded:
+                raise ValueError(f"workloads[{i}].slo_search needs an slo: set slo.preset or its bounds")
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> CampaignSpec:

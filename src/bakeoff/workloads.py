@@ -144,7 +144,7 @@ class PlanBuilder:
                 warm = self._sampled(rng, wl, wl.warmup_requests, 0)
                 reqs = self._sampled(rng, wl, wl.requests_per_rate, len(warm))
                 times = arrival_times(len(reqs), rate, wl.arrival, wl.burstiness, wl.seed + index)
-                reqs = [_at(r, t) for r, t in zip(reqs, times, strict=True)]
+                reqs = retime(reqs, times)
                 plans.append(RunPlan(f"r{rate:g}", "open", spec, rate=rate,
                                      concurrency=wl.max_concurrency, warmup=warm, requests=reqs))
             return plans
@@ -187,6 +187,11 @@ def _at(req: PlannedRequest, arrival_s: float) -> PlannedRequest:
     values = asdict(req)
     values["arrival_s"] = arrival_s
     return PlannedRequest(**values)
+
+
+def retime(requests: list[PlannedRequest], times: list[float]) -> list[PlannedRequest]:
+    """The same requests on a new arrival schedule (SLO search keeps requests identical)."""
+    return [_at(r, t) for r, t in zip(requests, times, strict=True)]
 
 
 def designed_reuse(plan: RunPlan) -> float | None:

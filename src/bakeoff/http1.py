@@ -1,0 +1,188 @@
+"""An incremental, I/O-free HTTP/1.1 response parser for the streaming client's hot path.
+
+The client reads OpenAI streams straight from an :class:`asyncio.Protocol`, so every
+received segment is stamped and decoded in the transport callback, with no stream-reader
+futures or task switches per chunk. This module turns those raw segments into body bytes:
+status line and headers, then a chunked, length-delimited or close-delimited body. Only
+what LLM servers send is supported: no compression (the client never asks for it), no
+upgrades; informational ``1xx`` responses are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+HEADER_LIMIT = 1 << 16
+_SIZE, _DATA, _CRLF, _TRAILER, _DONE = range(5)
+
+
+class HttpProtocolError(Exception):
+    """The peer sent something that is not a valid HTTP/1.1 response."""
+
+
+class ResponseParser:
+    """Feed raw bytes, get body bytes back; ``complete`` once the body has ended."""
+
+    __slots__ = (
+        "_buf",
+        "_framing",
+        "_remaining",
+        "_state",
+        "complete",
+        "headers",
+        "headers_done",
+        "keep_alive",
+        "reason",
+        "status",
+    )
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._framing: Literal["chunked", "length", "close"] = "close"
+        self._remaining = 0
+        self._state = _SIZE
+        self.status = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        self.headers_done = False
+        self.keep_alive = True
+        self.complete = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Consume ``data``; return the body bytes it completed (often all of it)."""
+        if not self.headers_done:
+            data = self._feed_head(data)
+            if not self.headers_done or not data:
+                return b""
+        if self.complete:
+            # Bytes after a complete response: the connection cannot be reused safely.
+            self.keep_alive = False
+            return b""
+        if self._framing == "chunked":
+            return self._dechunk(data)
+        if self._framing == "length":
+            body = data[: self._remaining]
+            self._remaining -= len(body)
+            if self._remaining == 0:
+                self.complete = True
+                if len(data) > len(body):
+                    self.keep_alive = False
+            return body
+        return data
+
+    def feed_eof(self) -> None:
+        """The peer closed; a close-delimited body ends here, any other is truncated."""
+        if self.complete:
+            return
+        if self.headers_done and self._framing == "close":
+            self.complete = True
+            return
+        where = "before the response headers" if not self.headers_done else "mid-body"
+        raise HttpProtocolError(f"connection closed {where}")
+
+    def _feed_head(self, data: bytes) -> bytes:
+        buf = self._buf + data if self._buf else data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > HEADER_LIMIT:
+                    raise HttpProtocolError(f"response headers longer than {HEADER_LIMIT} bytes")
+                self._buf = buf
+                return b""
+            self._parse_head(buf[:end])
+            buf = buf[end + 4 :]
+            if self.status >= 200:
+                self._buf = b""
+                self.headers_done = True
+                return buf
+            self.headers = {}  # 1xx: an interim response, the real one follows
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise HttpProtocolError(f"not an HTTP/1.x status line: {lines[0][:100]!r}")
+        self.status = int(parts[1])
+        self.reason = parts[2] if len(parts) > 2 else ""
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise HttpProtocolError(f"malformed header line: {line[:100]!r}")
+            key = name.strip().lower()
+            value = value.strip()
+            self.headers[key] = f"{self.headers[key]}, {value}" if key in self.headers else value
+        if self.status < 200:
+            return
+        connection = self.headers.get("connection", "").lower()
+        self.keep_alive = (
+            "keep-alive" in connection if parts[0] == "HTTP/1.0" else "close" not in connection
+        )
+        if self.status in (204, 304):
+            self.complete = True
+        elif "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self._framing = "chunked"
+        elif "content-length" in self.headers:
+            try:
+                self._remaining = int(self.headers["content-length"])
+            except ValueError:
+                raise HttpProtocolError("invalid Content-Length") from None
+            self._framing = "length"
+            self.complete = self._remaining == 0
+        else:
+            self.keep_alive = False  # the body runs until the peer closes
+
+    def _dechunk(self, data: bytes) -> bytes:
+        buf = self._buf + data if self._buf else data
+        size = len(buf)
+        out: list[bytes] = []
+        pos = 0
+        state = self._state
+        while pos < size:
+            if state == _DATA:
+                take = min(self._remaining, size - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    state = _CRLF
+            elif state == _SIZE:
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    if size - pos > 1024:
+                        raise HttpProtocolError("chunk size line too long")
+                    break
+                try:
+                    length = int(buf[pos:end].split(b";", 1)[0], 16)
+                except ValueError:
+                    raise HttpProtocolError(f"bad chunk size {buf[pos:end][:40]!r}") from None
+                pos = end + 2
+                self._remaining = length
+                state = _DATA if length else _TRAILER
+            elif state == _CRLF:
+                if size - pos < 2:
+                    break
+                if buf[pos : pos + 2] != b"\r\n":
+                    raise HttpProtocolError("chunk not followed by CRLF")
+                pos += 2
+                state = _SIZE
+            elif state == _TRAILER:
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    break
+                blank = end == pos  # the empty line that ends the trailer section
+                pos = end + 2
+                if blank:
+                    state = _DONE
+                    self.complete = True
+                    if pos < size:
+                        self.keep_alive = False
+                    break
+            else:
+                self.keep_alive = False
+                break
+        self._state = state
+        self._buf = buf[pos:] if pos < size and state != _DONE else b""
+        if not out:
+            return b""
+        return out[0] if len(out) == 1 else b"".join(out)
+

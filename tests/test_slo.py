@@ -1,0 +1,59 @@
+"""SLO presets, run verdicts and the highest-rate search (with a synthetic server model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bakeoff.client import PlannedRequest
+from bakeoff.slo import SLO_PRESETS, resolve_slo, run_meets_slo, search_max_rate
+from bakeoff.specs import OpenLoop, Slo
+from bakeoff.workloads import RunPlan
+
+
+def fake_summary(ttft_p99: float, tpot_p99: float, failed: int = 0) -> dict[str, Any]:
+    return {
+        "requests": {"ok": 10, "failed": failed},
+        "ttft_ms": {"p99": ttft_p99}, "tpot_ms": {"p99": tpot_p99}, "e2e_ms": {"p99": 1.0},
+    }
+
+
+def test_preset_fills_bounds_but_explicit_values_win() -> None:
+    slo = resolve_slo(Slo(preset="mlperf-llama2-70b-interactive"))
+    assert (slo.ttft_ms, slo.tpot_ms) == SLO_PRESETS["mlperf-llama2-70b-interactive"]
+    assert resolve_slo(Slo(preset="mlperf-llama3.1-8b", ttft_ms=500)).ttft_ms == 500
+
+
+def test_run_verdict_uses_p99_and_failures() -> None:
+    slo = Slo(ttft_ms=2000, tpot_ms=100)
+    assert run_meets_slo(fake_summary(1999, 99), slo) is True
+    assert run_meets_slo(fake_summary(2001, 99), slo) is False
+    assert run_meets_slo(fake_summary(100, 101), slo) is False
+    assert run_meets_slo(fake_summary(100, 50, failed=1), slo) is False
+    assert run_meets_slo(fake_summary(100, 50), Slo()) is None
+
+
+def test_search_converges_on_the_knee() -> None:
+    # A server whose P99 TTFT explodes past 6.0 req/s.
+    def ttft_at(rate: float) -> float:
+        return 300.0 if rate <= 6.0 else 5000.0
+
+    requests = [PlannedRequest(i, "completions", 8, prompt="x", arrival_s=i * 0.5) for i in range(20)]
+    template = RunPlan("r1", "open", {}, rate=2.0, requests=requests)
+    wl = OpenLoop(rates=[2.0, 16.0], input_len=8, output_len=8, slo_search=True, search_steps=8,
+                  search_tolerance=0.05)
+    seen: list[RunPlan] = []
+
+    def execute(plan: RunPlan) -> dict[str, Any]:
+        seen.append(plan)
+        assert [r.prompt for r in plan.requests] == [r.prompt for r in requests]  # same requests
+        assert plan.rate is not None
+        return fake_summary(ttft_at(plan.rate), 20.0)
+
+    slo = Slo(ttft_ms=2000, tpot_ms=100)
+    result = search_max_rate(template, wl, slo, {2.0: fake_summary(300, 20), 16.0: fake_summary(5000, 20)}, execute)
+    assert result["max_rate_meeting_slo"] == pytest.approx(6.0, rel=0.06)
+    assert result["max_rate_meeting_slo"] <= 6.0
+    span = seen[-1].requests[-1].arrival_s
+    assert span == pytest.approx(19 / seen[-1].rate, rel=0.6)  # re-timed to the new rate
