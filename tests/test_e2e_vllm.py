@@ -34,18 +34,45 @@ def engine_processes(marker: str) -> list[psutil.Process]:
 def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path) -> None:
     backend = load_backend("vllm-cpu")
     port = free_port()
-    launch = render_launch(backend, {"kv_cache_space_gib": 1, "max_model_len": 1024}, model=str(tiny_model),
-                           served_model_name="tiny-e2e", port=port, python=sys.executable)
+    launch = render_launch(
+        backend,
+        {"kv_cache_space_gib": 1, "max_model_len": 1024},
+        model=str(tiny_model),
+        served_model_name="tiny-e2e",
+        port=port,
+        python=sys.executable,
+    )
     with run_local_process(launch, port=port, served_model_name="tiny-e2e", run_dir=tmp_path / "srv") as handle:
         assert handle.startup_s > 0
         pids = [handle.pid, *[c.pid for c in psutil.Process(handle.pid).children(recursive=True)]]
         assert len(pids) >= 2  # API server plus engine core
         out = tmp_path / "run"
         done = subprocess.run(
-            [*BAKEOFF, "bench", "--base-url", handle.base_url, "--model", "tiny-e2e", "--concurrency", "4",
-             "--num-requests", "16", "--input-len", "48", "--output-len", "16", "--tokenizer", str(tiny_model),
-             "--endpoint", "chat", "--out", str(out)],
-            capture_output=True, text=True, timeout=300,
+            [
+                *BAKEOFF,
+                "bench",
+                "--base-url",
+                handle.base_url,
+                "--model",
+                "tiny-e2e",
+                "--concurrency",
+                "4",
+                "--num-requests",
+                "16",
+                "--input-len",
+                "48",
+                "--output-len",
+                "16",
+                "--tokenizer",
+                str(tiny_model),
+                "--endpoint",
+                "chat",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert done.returncode == 0, done.stderr
         assert "TTFT p50" in done.stdout
@@ -65,10 +92,18 @@ def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path
 def test_engine_that_dies_during_startup_is_reported(tiny_model: Path, tmp_path: Path) -> None:
     backend = load_backend("vllm-cpu")
     port = free_port()
-    launch = render_launch(backend, {"max_model_len": 10**7}, model=str(tiny_model),
-                           served_model_name="bad", port=port, python=sys.executable)
-    with pytest.raises(LaunchError, match=r"exited during startup; last log lines"), \
-            run_local_process(launch, port=port, served_model_name="bad", run_dir=tmp_path):
+    launch = render_launch(
+        backend,
+        {"max_model_len": 10**7},
+        model=str(tiny_model),
+        served_model_name="bad",
+        port=port,
+        python=sys.executable,
+    )
+    with (
+        pytest.raises(LaunchError, match=r"exited during startup; last log lines"),
+        run_local_process(launch, port=port, served_model_name="bad", run_dir=tmp_path),
+    ):
         pass
     assert not engine_processes(f"--port {port}")
 
@@ -78,10 +113,19 @@ def test_campaign_runs_notebooks_into_a_browser_readable_report(tiny_model: Path
         "name": "e2e-tiny",
         "model": {"preset": "tiny", "served_name": "tiny"},
         "measure_warm_restart": False,
-        "servers": [{"backend": "vllm-cpu", "label": "vllm-tiny", "knobs": {"kv_cache_space_gib": 1},
-                     "cost_per_hour_usd": 0.5}],
-        "workloads": [{"kind": "concurrency", "name": "sweep", "levels": [1, 4], "requests_per_level": 8,
-                       "input_len": 32, "output_len": 16}],
+        "servers": [
+            {"backend": "vllm-cpu", "label": "vllm-tiny", "knobs": {"kv_cache_space_gib": 1}, "cost_per_hour_usd": 0.5}
+        ],
+        "workloads": [
+            {
+                "kind": "concurrency",
+                "name": "sweep",
+                "levels": [1, 4],
+                "requests_per_level": 8,
+                "input_len": 32,
+                "output_len": 16,
+            }
+        ],
         "slo": {"ttft_ms": 5000, "tpot_ms": 500},
     }
     path = tmp_path / "c.yaml"
@@ -97,10 +141,23 @@ def test_campaign_runs_notebooks_into_a_browser_readable_report(tiny_model: Path
     assert summary["cost"]["usd_per_million_output_tokens"] > 0
     assert summary["slo"]["attainment"] == 1.0
     dom = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", report.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'chrome'}",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     for heading in ("bakeoff report: e2e-tiny", "Summary", "Engineering effort", "Glossary"):

@@ -15,7 +15,9 @@ from bakeoff.workloads import RunPlan
 def fake_summary(ttft_p99: float, tpot_p99: float, failed: int = 0) -> dict[str, Any]:
     return {
         "requests": {"ok": 10, "failed": failed},
-        "ttft_ms": {"p99": ttft_p99}, "tpot_ms": {"p99": tpot_p99}, "e2e_ms": {"p99": 1.0},
+        "ttft_ms": {"p99": ttft_p99},
+        "tpot_ms": {"p99": tpot_p99},
+        "e2e_ms": {"p99": 1.0},
     }
 
 
@@ -41,8 +43,7 @@ def test_search_converges_on_the_knee() -> None:
 
     requests = [PlannedRequest(i, "completions", 8, prompt="x", arrival_s=i * 0.5) for i in range(20)]
     template = RunPlan("r1", "open", {}, rate=2.0, requests=requests)
-    wl = OpenLoop(rates=[2.0, 16.0], input_len=8, output_len=8, slo_search=True, search_steps=8,
-                  search_tolerance=0.05)
+    wl = OpenLoop(rates=[2.0, 16.0], input_len=8, output_len=8, slo_search=True, search_steps=8, search_tolerance=0.05)
     seen: list[RunPlan] = []
 
     def execute(plan: RunPlan) -> dict[str, Any]:

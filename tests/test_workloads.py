@@ -26,8 +26,9 @@ def test_prompts_have_exact_token_counts(builder: PlanBuilder, tokens: int) -> N
 
 
 def test_sampled_lengths_are_exact_per_request(builder: PlanBuilder) -> None:
-    wl = ConcurrencySweep(levels=[2], requests_per_level=30,
-                          input_len={"dist": "uniform", "min": 10, "max": 300}, output_len=8)
+    wl = ConcurrencySweep(
+        levels=[2], requests_per_level=30, input_len={"dist": "uniform", "min": 10, "max": 300}, output_len=8
+    )
     plan = builder.build(wl)[0]
     counts = [builder.prompts.tokenizer.count(r.prompt or "") for r in plan.requests]
     assert counts == [r.prompt_tokens for r in plan.requests]
@@ -55,7 +56,9 @@ def test_requests_carry_max_tokens_and_ignore_eos(builder: PlanBuilder) -> None:
     assert b'"include_usage":true' in body
 
 
-@pytest.mark.parametrize(("kind", "burstiness", "cv"), [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5)])
+@pytest.mark.parametrize(
+    ("kind", "burstiness", "cv"), [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5)]
+)
 def test_arrival_rate_and_burstiness(kind: str, burstiness: float, cv: float) -> None:
     times = np.array(arrival_times(20_000, 8.0, kind, burstiness, seed=3))
     gaps = np.diff(times)
@@ -83,8 +86,9 @@ def test_multi_turn_plan_and_designed_reuse(builder: PlanBuilder) -> None:
 
 
 def test_long_prompt_mix_interleaves_classes(builder: PlanBuilder) -> None:
-    wl = LongPromptMix(short_rate=4.0, short_requests=16, long_every=4, long_input_len=1000,
-                       short_input_len=32, endpoint="completions")
+    wl = LongPromptMix(
+        short_rate=4.0, short_requests=16, long_every=4, long_input_len=1000, short_input_len=32, endpoint="completions"
+    )
     plan = builder.build(wl)[0]
     groups = [r.group for r in sorted(plan.requests, key=lambda r: r.arrival_s)]
     assert groups.count("long") == 4 and groups.count("short") == 16

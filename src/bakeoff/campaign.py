@@ -125,7 +125,9 @@ def prepare(path: Path, out_dir: Path, only: list[str] | None = None) -> tuple[C
 
 
 @contextlib.contextmanager
-def start_server(cell: Cell, model_dir: Path, served_name: str, run_dir: Path) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
+def start_server(
+    cell: Cell, model_dir: Path, served_name: str, run_dir: Path
+) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
     """Launch a cell's server as a local process or a container, whichever its spec says."""
     port = free_port()
     backend = cell.backend
@@ -133,11 +135,17 @@ def start_server(cell: Cell, model_dir: Path, served_name: str, run_dir: Path) -
         from bakeoff.containers import run_container
 
         assert backend.container is not None
-        launch = render_launch(backend, cell.server.knobs, model=backend.container.model_mount,
-                               served_model_name=served_name, port=backend.container.container_port,
-                               host="0.0.0.0")
-        with run_container(launch, port=port, served_model_name=served_name, model_dir=model_dir,
-                           run_dir=run_dir) as handle:
+        launch = render_launch(
+            backend,
+            cell.server.knobs,
+            model=backend.container.model_mount,
+            served_model_name=served_name,
+            port=backend.container.container_port,
+            host="0.0.0.0",
+        )
+        with run_container(
+            launch, port=port, served_model_name=served_name, model_dir=model_dir, run_dir=run_dir
+        ) as handle:
             yield handle, launch
         return
     model_arg = str(model_dir)
@@ -145,8 +153,9 @@ def start_server(cell: Cell, model_dir: Path, served_name: str, run_dir: Path) -
         from bakeoff.gguf import convert_to_gguf
 
         model_arg = str(convert_to_gguf(model_dir))
-    launch = render_launch(backend, cell.server.knobs, model=model_arg, served_model_name=served_name,
-                           port=port, python=sys.executable)
+    launch = render_launch(
+        backend, cell.server.knobs, model=model_arg, served_model_name=served_name, port=port, python=sys.executable
+    )
     with run_local_process(launch, port=port, served_model_name=served_name, run_dir=run_dir) as handle:
         yield handle, launch
 
@@ -164,16 +173,23 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[
     tokenizer = load_tokenizer(model_dir)
     effort: dict[str, Any] = {"failed_start_attempts": []}
     summaries: dict[str, Any] = {}
-    info: dict[str, Any] = {"server": cell.server.model_dump(), "backend": cell.backend.name,
-                            "workload": workload_name, "status": "running"}
+    info: dict[str, Any] = {
+        "server": cell.server.model_dump(),
+        "backend": cell.backend.name,
+        "workload": workload_name,
+        "status": "running",
+    }
     write_json(cell_dir / CELL_INFO, info)
     try:
         with start_server(cell, model_dir, spec.model.served_name, cell_dir) as (handle, launch):
             effort.update(_static_effort(cell, launch, handle))
             server_info = {**effort["server"], "startup_s": handle.startup_s}
             settings = ClientSettings(
-                base_url=handle.base_url, model=handle.model, extra_body=dict(cell.backend.request.extra_body),
-                request_timeout_s=cell.workload.request_timeout_s, stall_timeout_s=cell.workload.stall_timeout_s,
+                base_url=handle.base_url,
+                model=handle.model,
+                extra_body=dict(cell.backend.request.extra_body),
+                request_timeout_s=cell.workload.request_timeout_s,
+                stall_timeout_s=cell.workload.stall_timeout_s,
                 count_tokens=tokenizer.count,
             )
             slo = resolve_slo(spec.slo)
@@ -185,8 +201,9 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[
                 tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
 
                 def execute(plan: RunPlan) -> dict[str, Any]:
-                    summaries[plan.name] = execute_plan(plan, target, cell_dir / "runs" / plan.name)
-                    return summaries[plan.name]
+                    result = execute_plan(plan, target, cell_dir / "runs" / plan.name)
+                    summaries[plan.name] = result
+                    return result
 
                 info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
         if spec.measure_warm_restart:
@@ -215,9 +232,14 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
         "config_lines": len(launch.config_text.splitlines()) if launch.config_text else 0,
         "knob_change_needs": knob_costs,
         "server": {
-            "backend": cell.backend.name, "label": cell.server.label, "knobs": launch.knobs,
-            "command_line": handle.command_line, "kind": handle.kind, "image": handle.image,
-            "image_digest": handle.image_digest, "base_url": handle.base_url,
+            "backend": cell.backend.name,
+            "label": cell.server.label,
+            "knobs": launch.knobs,
+            "command_line": handle.command_line,
+            "kind": handle.kind,
+            "image": handle.image,
+            "image_digest": handle.image_digest,
+            "base_url": handle.base_url,
         },
     }
 
@@ -240,7 +262,9 @@ def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None)
         summary["effort"] = public
         summary["cost"] = {
             "usd_per_hour": cost_per_hour,
-            "usd_per_million_output_tokens": cost_per_million_tokens(cost_per_hour, summary["throughput"]["output_tok_s"]),
+            "usd_per_million_output_tokens": cost_per_million_tokens(
+                cost_per_hour, summary["throughput"]["output_tok_s"]
+            ),
         }
         write_json(path, summary)
 
@@ -249,7 +273,7 @@ def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``."""
     spec, cells = prepare(path, out_dir or REPORTS / load_campaign(path).name, only)
     out = out_dir or REPORTS / spec.name
-    failures = []
+    failures: list[str] = []
     try:
         _run_cells(cells, out, failures)
     finally:
@@ -266,10 +290,15 @@ def _run_cells(cells: list[Cell], out: Path, failures: list[str]) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] cell {cell.cell_id}", flush=True)
         try:
             papermill.execute_notebook(
-                str(NOTEBOOKS / "bench.ipynb"), str(cell_dir / "bench.ipynb"),
-                parameters={"campaign_dir": str(out), "server_label": cell.server.label,
-                            "workload_name": cell.workload.label},
-                progress_bar=False, cwd=str(cell_dir),
+                str(NOTEBOOKS / "bench.ipynb"),
+                str(cell_dir / "bench.ipynb"),
+                parameters={
+                    "campaign_dir": str(out),
+                    "server_label": cell.server.label,
+                    "workload_name": cell.workload.label,
+                },
+                progress_bar=False,
+                cwd=str(cell_dir),
             )
         except papermill.PapermillExecutionError as exc:
             failures.append(cell.cell_id)
@@ -282,12 +311,18 @@ def render_report(out: Path, failures: list[str] | None = None) -> Path:
     from nbformat import read
 
     papermill.execute_notebook(
-        str(NOTEBOOKS / "compare.ipynb"), str(out / "compare.ipynb"),
-        parameters={"campaign_dir": str(out)}, progress_bar=False, cwd=str(out),
+        str(NOTEBOOKS / "compare.ipynb"),
+        str(out / "compare.ipynb"),
+        parameters={"campaign_dir": str(out)},
+        progress_bar=False,
+        cwd=str(out),
     )
     exporter = HTMLExporter(
-        exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
-        extra_template_basedirs=[str(TEMPLATES)], template_name="offline",
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        extra_template_basedirs=[str(TEMPLATES)],
+        template_name="offline",
     )
     with open(out / "compare.ipynb") as handle:
         body, _ = exporter.from_notebook_node(read(handle, as_version=4))

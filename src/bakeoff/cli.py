@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bakeoff.errors import BakeoffError, SpecError
 
 
-def _positive(name: str) -> object:
+def _positive(name: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -84,18 +85,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")
     tokenizer = load_tokenizer(args.tokenizer)
     workload = ConcurrencySweep(
-        levels=[args.concurrency], requests_per_level=args.num_requests, warmup_requests=args.warmup,
-        input_len=args.input_len, output_len=args.output_len, endpoint=args.endpoint, seed=args.seed,
-        request_timeout_s=args.request_timeout, stall_timeout_s=args.stall_timeout,
+        levels=[args.concurrency],
+        requests_per_level=args.num_requests,
+        warmup_requests=args.warmup,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        endpoint=args.endpoint,
+        seed=args.seed,
+        request_timeout_s=args.request_timeout,
+        stall_timeout_s=args.stall_timeout,
     )
     asyncio.run(check_server(args.base_url, args.model))
     if not tokenizer.exact:
         print("note: no --tokenizer given; prompt lengths are approximate (word count)", file=sys.stderr)
     plan = PlanBuilder(PromptFactory(tokenizer)).build(workload)[0]
     settings = ClientSettings(
-        base_url=args.base_url, model=args.model,
+        base_url=args.base_url,
+        model=args.model,
         extra_body={} if args.no_ignore_eos else {"ignore_eos": True},
-        request_timeout_s=args.request_timeout, stall_timeout_s=args.stall_timeout,
+        request_timeout_s=args.request_timeout,
+        stall_timeout_s=args.stall_timeout,
         count_tokens=tokenizer.count if tokenizer.exact else None,
     )
     target = RunTarget(settings, server_info={"base_url": args.base_url, "external": True})

@@ -114,9 +114,7 @@ class ResponseParser:
         if self.status < 200:
             return
         connection = self.headers.get("connection", "").lower()
-        self.keep_alive = (
-            "keep-alive" in connection if parts[0] == "HTTP/1.0" else "close" not in connection
-        )
+        self.keep_alive = "keep-alive" in connection if parts[0] == "HTTP/1.0" else "close" not in connection
         if self.status in (204, 304):
             self.complete = True
         elif "chunked" in self.headers.get("transfer-encoding", "").lower():
@@ -185,4 +183,3 @@ class ResponseParser:
         if not out:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
-

@@ -90,9 +90,7 @@ def wait_ready(
         if probe(health_url) == 200:
             return
         if not is_running():
-            raise LaunchError(
-                f"{what} exited during startup; last log lines ({log_path}):\n{log_tail(log_path)}"
-            )
+            raise LaunchError(f"{what} exited during startup; last log lines ({log_path}):\n{log_tail(log_path)}")
         time.sleep(interval_s)
     raise LaunchError(
         f"{what} not ready after {timeout_s:.0f} s at {health_url}; raise health.timeout_s in "
@@ -138,10 +136,8 @@ def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) ->
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
     # Children (engine workers) may outlive the leader; the group id still reaches them.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

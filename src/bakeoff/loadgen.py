@@ -45,6 +45,7 @@ async def run_plan(
     if plan.warmup:
         await closed_loop(client, plan.warmup, plan.concurrency or 1, keep, warmup=True)
     with _progress(_count(plan), plan.name, show_progress) as bar:
+
         def tick(record: RequestRecord) -> None:
             keep(record)
             bar.update(1)

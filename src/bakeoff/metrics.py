@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ def tpot_ms(r: RequestRecord) -> float | None:
 
 def itl_ms(r: RequestRecord) -> list[float]:
     ns = r.chunk_ns
-    return [(b - a) / NS_PER_MS for a, b in zip(ns, ns[1:], strict=False)]
+    return [(b - a) / NS_PER_MS for a, b in pairwise(ns)]
 
 
 def itl_per_token_ms(r: RequestRecord) -> list[float]:
@@ -123,9 +124,7 @@ def summarize(records: list[RequestRecord], slo: Slo | None = None) -> dict[str,
             "prompt": in_tokens,
             "completion": out_tokens,
             "usage_sources": dict(Counter(r.usage_source for r in ok)),
-            "chunks_per_output_token": (
-                sum(len(r.chunk_ns) for r in ok) / out_tokens if out_tokens else None
-            ),
+            "chunks_per_output_token": (sum(len(r.chunk_ns) for r in ok) / out_tokens if out_tokens else None),
         },
     }
     scheduled = [r for r in measured if r.scheduled_ns]
@@ -145,8 +144,7 @@ def summarize(records: list[RequestRecord], slo: Slo | None = None) -> dict[str,
     turns = sorted({r.turn for r in ok if r.turn >= 0})
     if turns:
         summary["ttft_ms_by_turn"] = {
-            str(t): stats(v for r in ok if r.turn == t if (v := ttft_ms(r)) is not None)["p50"]
-            for t in turns
+            str(t): stats(v for r in ok if r.turn == t if (v := ttft_ms(r)) is not None)["p50"] for t in turns
         }
     return summary
 

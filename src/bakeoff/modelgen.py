@@ -89,8 +89,7 @@ def train_tokenizer(vocab_size: int, seed: int) -> object:
     tok.train_from_iterator(synthetic_corpus(seed), trainer=trainer)
     if tok.get_vocab_size() != vocab_size:
         raise SpecError(
-            f"tokenizer training gave {tok.get_vocab_size()} tokens, wanted {vocab_size}; "
-            "grow the synthetic corpus"
+            f"tokenizer training gave {tok.get_vocab_size()} tokens, wanted {vocab_size}; grow the synthetic corpus"
         )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -134,7 +133,7 @@ def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
         bos_token_id=tokenizer.bos_token_id,  # type: ignore[attr-defined]
         eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
         pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
-        torch_dtype="bfloat16",
+        dtype="bfloat16",
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
@@ -160,9 +159,7 @@ def model_is_ready(out_dir: Path, preset: str, seed: int = 0) -> bool:
         return False
     recorded = json.loads(meta.read_text())
     return bool(
-        recorded.get("preset") == preset
-        and recorded.get("seed") == seed
-        and recorded.get("format") == MODEL_FORMAT
+        recorded.get("preset") == preset and recorded.get("seed") == seed and recorded.get("format") == MODEL_FORMAT
     )
 
 
@@ -176,7 +173,6 @@ def resolve_model_dir(preset: str | None, path: Path | None, models_dir: Path = 
     folder = models_dir / preset
     if not model_is_ready(folder, preset):
         raise SpecError(
-            f"model.preset: {preset!r} not generated yet at {folder}; "
-            f"run: bakeoff model make --preset {preset}"
+            f"model.preset: {preset!r} not generated yet at {folder}; run: bakeoff model make --preset {preset}"
         )
     return folder

@@ -15,11 +15,64 @@ from pathlib import Path
 from bakeoff.errors import SpecError
 
 # Used only without a tokenizer: common words that most BPE vocabularies hold as one token.
-_FALLBACK_WORDS = (
-    "the of and to in is was for that with as on by at from his an were are which this be "
-    "has had not but one they all new more time year when two there can been other first "
-    "would after who its also up out into only than most over some these such between"
-).split()
+_FALLBACK_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "that",
+    "with",
+    "as",
+    "on",
+    "by",
+    "at",
+    "from",
+    "his",
+    "an",
+    "were",
+    "are",
+    "which",
+    "this",
+    "be",
+    "has",
+    "had",
+    "not",
+    "but",
+    "one",
+    "they",
+    "all",
+    "new",
+    "more",
+    "time",
+    "year",
+    "when",
+    "two",
+    "there",
+    "can",
+    "been",
+    "other",
+    "first",
+    "would",
+    "after",
+    "who",
+    "its",
+    "also",
+    "up",
+    "out",
+    "into",
+    "only",
+    "than",
+    "most",
+    "over",
+    "some",
+    "these",
+    "such",
+    "between",
+]
 
 
 @dataclass

@@ -53,7 +53,7 @@ class RequestRecord:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in row.items() if k in names}
         for key in ("chunk_ns", "chunk_chars", "chunk_tokens"):
-            values[key] = [int(x) for x in (values.get(key) if values.get(key) is not None else [])]
+            values[key] = [int(x) for x in values.get(key) or []]
         cached = values.get("cached_tokens")
         values["cached_tokens"] = None if cached is None or cached != cached else int(cached)
         return cls(**values)

@@ -48,17 +48,36 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     """A plain-text table of the headline figures, one row per run (for the terminal)."""
-    header = ["run", "ok", "failed", "out tok/s", "req/s", "TTFT p50", "TTFT p99",
-              "TPOT p50", "TPOT p99", "ITL p50", "E2E p99"]
+    header = [
+        "run",
+        "ok",
+        "failed",
+        "out tok/s",
+        "req/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "ITL p50",
+        "E2E p99",
+    ]
     rows = [header]
     for name, s in summaries.items():
-        rows.append([
-            name, _fmt(s["requests"]["ok"]), _fmt(s["requests"]["failed"]),
-            _fmt(s["throughput"]["output_tok_s"]), _fmt(s["throughput"]["req_s"], 2),
-            _fmt(s["ttft_ms"]["p50"]), _fmt(s["ttft_ms"]["p99"]),
-            _fmt(s["tpot_ms"]["p50"], 2), _fmt(s["tpot_ms"]["p99"], 2),
-            _fmt(s["itl_ms"]["p50"], 2), _fmt(s["e2e_ms"]["p99"]),
-        ])
+        rows.append(
+            [
+                name,
+                _fmt(s["requests"]["ok"]),
+                _fmt(s["requests"]["failed"]),
+                _fmt(s["throughput"]["output_tok_s"]),
+                _fmt(s["throughput"]["req_s"], 2),
+                _fmt(s["ttft_ms"]["p50"]),
+                _fmt(s["ttft_ms"]["p99"]),
+                _fmt(s["tpot_ms"]["p50"], 2),
+                _fmt(s["tpot_ms"]["p99"], 2),
+                _fmt(s["itl_ms"]["p50"], 2),
+                _fmt(s["e2e_ms"]["p99"]),
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -86,8 +105,11 @@ def _row(cell: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
         "output_tok_s": summary["throughput"]["output_tok_s"],
         "total_tok_s": summary["throughput"]["total_tok_s"],
         "req_s": summary["throughput"]["req_s"],
-        **{f"{m}_{p}": summary[m][p] for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms")
-           for p in ("p50", "p90", "p99")},
+        **{
+            f"{m}_{p}": summary[m][p]
+            for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms")
+            for p in ("p50", "p90", "p99")
+        },
         "tok_s_per_user_p50": summary["tok_s_per_user"]["p50"],
         "goodput_req_s": slo.get("goodput_req_s"),
         "slo_attainment": slo.get("attainment"),
@@ -125,11 +147,22 @@ def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame
     cols = {
-        "server": "server", "workload": "workload", "run": "run", "ok": "ok", "failed": "failed",
-        "output_tok_s": "out tok/s", "req_s": "req/s", "ttft_ms_p50": "TTFT P50 ms",
-        "ttft_ms_p99": "TTFT P99 ms", "tpot_ms_p50": "TPOT P50 ms", "tpot_ms_p99": "TPOT P99 ms",
-        "itl_ms_p99": "ITL P99 ms", "e2e_ms_p99": "E2E P99 ms", "tok_s_per_user_p50": "tok/s/user",
-        "goodput_req_s": "goodput req/s", "usd_per_m_tok": "$/M tok",
+        "server": "server",
+        "workload": "workload",
+        "run": "run",
+        "ok": "ok",
+        "failed": "failed",
+        "output_tok_s": "out tok/s",
+        "req_s": "req/s",
+        "ttft_ms_p50": "TTFT P50 ms",
+        "ttft_ms_p99": "TTFT P99 ms",
+        "tpot_ms_p50": "TPOT P50 ms",
+        "tpot_ms_p99": "TPOT P99 ms",
+        "itl_ms_p99": "ITL P99 ms",
+        "e2e_ms_p99": "E2E P99 ms",
+        "tok_s_per_user_p50": "tok/s/user",
+        "goodput_req_s": "goodput req/s",
+        "usd_per_m_tok": "$/M tok",
     }
     table = frame[list(cols)].rename(columns=cols)
     return table.dropna(axis=1, how="all").round(2)
@@ -146,25 +179,35 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
         seen.add(label)
         effort = cell.get("effort", {})
         needs = effort.get("knob_change_needs", {})
-        rows.append({
-            "server": label,
-            "backend": cell["backend"],
-            "image build s": effort.get("image_build_s"),
-            "engine build s": effort.get("engine_build_s"),
-            "cold start s": effort.get("cold_start_s"),
-            "warm restart s": effort.get("warm_restart_s"),
-            "flags changed": effort.get("flags_changed"),
-            "config lines": effort.get("config_lines"),
-            "knobs needing rebuild": ", ".join(k for k, v in needs.items() if v == "rebuild") or "-",
-            "knobs needing restart": ", ".join(k for k, v in needs.items() if v == "restart") or "-",
-            "failed starts": len(effort.get("failed_start_attempts", [])),
-            "status": cell.get("status"),
-        })
+        rows.append(
+            {
+                "server": label,
+                "backend": cell["backend"],
+                "image build s": effort.get("image_build_s"),
+                "engine build s": effort.get("engine_build_s"),
+                "cold start s": effort.get("cold_start_s"),
+                "warm restart s": effort.get("warm_restart_s"),
+                "flags changed": effort.get("flags_changed"),
+                "config lines": effort.get("config_lines"),
+                "knobs needing rebuild": ", ".join(k for k, v in needs.items() if v == "rebuild") or "-",
+                "knobs needing restart": ", ".join(k for k, v in needs.items() if v == "restart") or "-",
+                "failed starts": len(effort.get("failed_start_attempts", [])),
+                "status": cell.get("status"),
+            }
+        )
     return pd.DataFrame(rows).round(1)
 
 
 def prefix_cache_table(frame: pd.DataFrame) -> pd.DataFrame:
-    cols = ["server", "workload", "designed_reuse", "server_hit_rate", "cached_tokens_ratio", "reuse_realised", "ttft_ms_p50"]
+    cols = [
+        "server",
+        "workload",
+        "designed_reuse",
+        "server_hit_rate",
+        "cached_tokens_ratio",
+        "reuse_realised",
+        "ttft_ms_p50",
+    ]
     sub = frame[frame["mode"] == "sessions"] if not frame.empty else frame
     return sub[cols].round(3) if not sub.empty else sub
 
@@ -220,8 +263,12 @@ def turn_figure(campaign_dir: Path) -> Any:
             by_turn = summary.get("ttft_ms_by_turn")
             if by_turn:
                 turns = sorted(by_turn, key=int)
-                ax.plot([int(t) + 1 for t in turns], [by_turn[t] for t in turns], marker="o",
-                        label=f"{cell['server']['label']} / {cell['workload']}")
+                ax.plot(
+                    [int(t) + 1 for t in turns],
+                    [by_turn[t] for t in turns],
+                    marker="o",
+                    label=f"{cell['server']['label']} / {cell['workload']}",
+                )
     ax.set_xlabel("turn")
     ax.set_ylabel("TTFT P50 ms")
     ax.grid(alpha=0.3)
@@ -237,12 +284,19 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
     for cell in load_cells(campaign_dir):
         for run, summary in cell["summaries"].items():
             for group, block in (summary.get("by_group") or {}).items():
-                rows.append({
-                    "server": cell["server"]["label"], "workload": cell["workload"], "run": run,
-                    "class": group, "n": block["ttft_ms"]["count"],
-                    "TTFT P50 ms": block["ttft_ms"]["p50"], "TTFT P99 ms": block["ttft_ms"]["p99"],
-                    "TPOT P50 ms": block["tpot_ms"]["p50"], "TPOT P99 ms": block["tpot_ms"]["p99"],
-                })
+                rows.append(
+                    {
+                        "server": cell["server"]["label"],
+                        "workload": cell["workload"],
+                        "run": run,
+                        "class": group,
+                        "n": block["ttft_ms"]["count"],
+                        "TTFT P50 ms": block["ttft_ms"]["p50"],
+                        "TTFT P99 ms": block["ttft_ms"]["p99"],
+                        "TPOT P50 ms": block["tpot_ms"]["p50"],
+                        "TPOT P99 ms": block["tpot_ms"]["p99"],
+                    }
+                )
     return pd.DataFrame(rows).round(2)
 
 
@@ -257,22 +311,30 @@ def diagnose(frame: pd.DataFrame) -> list[str]:
             gain = hi["output_tok_s"] / lo["output_tok_s"] if lo["output_tok_s"] else 0
             tpot_growth = hi["tpot_ms_p50"] / lo["tpot_ms_p50"] if lo["tpot_ms_p50"] else 0
             if gain >= 0.5 * scale:
-                notes.append(f"{server} / {workload}: throughput grew {gain:.1f}x for {scale:.0f}x concurrency "
-                             "— decode is memory-bandwidth-bound and batching still pays.")
+                notes.append(
+                    f"{server} / {workload}: throughput grew {gain:.1f}x for {scale:.0f}x concurrency "
+                    "— decode is memory-bandwidth-bound and batching still pays."
+                )
             else:
-                notes.append(f"{server} / {workload}: throughput grew only {gain:.1f}x for {scale:.0f}x concurrency "
-                             f"while TPOT rose {tpot_growth:.1f}x — the server is saturated (compute-bound "
-                             "or limited by max_num_seqs); more concurrency buys latency, not throughput.")
+                notes.append(
+                    f"{server} / {workload}: throughput grew only {gain:.1f}x for {scale:.0f}x concurrency "
+                    f"while TPOT rose {tpot_growth:.1f}x — the server is saturated (compute-bound "
+                    "or limited by max_num_seqs); more concurrency buys latency, not throughput."
+                )
             ttft_ratio = hi["ttft_ms_p99"] / hi["ttft_ms_p50"] if hi["ttft_ms_p50"] else 0
             if ttft_ratio > 3:
-                notes.append(f"{server} / {workload}: at concurrency {hi['concurrency']:.0f} P99 TTFT is "
-                             f"{ttft_ratio:.1f}x P50 — requests queue for admission; look at max_num_seqs "
-                             "and the prefill token budget.")
+                notes.append(
+                    f"{server} / {workload}: at concurrency {hi['concurrency']:.0f} P99 TTFT is "
+                    f"{ttft_ratio:.1f}x P50 — requests queue for admission; look at max_num_seqs "
+                    "and the prefill token budget."
+                )
         sessions = group[group["mode"] == "sessions"]
         for _, row in sessions.iterrows():
             if row["reuse_realised"] is False:
-                notes.append(f"{server} / {workload}: prefix reuse was designed ({row['designed_reuse']:.0%}) "
-                              "but not realised by the server — prefix caching is off or evicted.")
+                notes.append(
+                    f"{server} / {workload}: prefix reuse was designed ({row['designed_reuse']:.0%}) "
+                    "but not realised by the server — prefix caching is off or evicted."
+                )
         failed = int(group["failed"].sum())
         if failed:
             notes.append(f"{server} / {workload}: {failed} failed requests — see the failures table.")

@@ -75,9 +75,7 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def prefix_cache_block(
-    plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any]
-) -> dict[str, Any]:
+def prefix_cache_block(plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any]) -> dict[str, Any]:
     """Designed reuse beside what the server's counters and usage say was realised."""
     measured = [r for r in records if r.ok and not r.warmup]
     reporting = [r for r in measured if r.cached_tokens is not None]
@@ -112,8 +110,13 @@ def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, A
     summary = summarize(records, target.slo)
     if "slo" in summary and target.slo is not None:
         summary["slo"]["p99_met"] = run_meets_slo(summary, target.slo)
-    summary["workload"] = {"run": plan.name, "mode": plan.mode, **plan.workload,
-                           "concurrency": plan.concurrency, "rate": plan.rate}
+    summary["workload"] = {
+        "run": plan.name,
+        "mode": plan.mode,
+        **plan.workload,
+        "concurrency": plan.concurrency,
+        "rate": plan.rate,
+    }
     summary["interrupted"] = interrupted
     if plan.mode == "sessions" and backend is not None:
         summary["prefix_cache"] = prefix_cache_block(plan, records, prefix_cache_from_counters(before, after, backend))

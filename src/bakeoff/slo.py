@@ -75,8 +75,9 @@ def search_max_rate(
             rate = math.sqrt(low * high)
         else:
             break
-        times = arrival_times(len(template.requests), rate, workload.arrival, workload.burstiness,
-                              workload.seed + 1000 + step)
+        times = arrival_times(
+            len(template.requests), rate, workload.arrival, workload.burstiness, workload.seed + 1000 + step
+        )
         plan = replace(template, name=f"search-r{rate:.3g}", rate=rate, requests=retime(template.requests, times))
         verdicts[rate] = run_meets_slo(execute(plan), slo)
     best = max((r for r, ok in verdicts.items() if ok), default=None)

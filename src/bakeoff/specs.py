@@ -140,14 +140,10 @@ class LongPromptMix(_WorkloadBase):
     long_output_len: Annotated[int, Field(gt=0)] = 8
 
 
-Workload = Annotated[
-    ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix, Field(discriminator="kind")
-]
+Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix, Field(discriminator="kind")]
 
 
-SloPreset = Literal[
-    "mlperf-llama3.1-8b", "mlperf-llama2-70b", "mlperf-llama2-70b-interactive", "mlperf-llama3.1-405b"
-]
+SloPreset = Literal["mlperf-llama3.1-8b", "mlperf-llama2-70b", "mlperf-llama2-70b-interactive", "mlperf-llama3.1-405b"]
 
 
 class Slo(Strict):

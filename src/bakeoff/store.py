@@ -41,8 +41,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def write_json(path: Path, value: Any) -> None:
     atomic_write_bytes(
         path,
-        orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-        + b"\n",
+        orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n",
     )
 
 
@@ -73,7 +72,7 @@ class RecordJournal:
 
 
 def read_journal(path: Path) -> list[RequestRecord]:
-    records = []
+    records: list[RequestRecord] = []
     if not path.is_file():
         return records
     for line in path.read_bytes().splitlines():

@@ -76,8 +76,8 @@ def prefix_cache_from_counters(before: Snapshot, after: Snapshot, backend: Backe
         # No lookups at all (prefix caching off) means nothing was served from cache.
         rate = hits / queries if queries else 0.0
         return {"server_hit_rate": rate, "server_hits": hits, "server_queries": queries}
-    rate = logical(after, backend, "cache_hit_rate")
-    return {"server_hit_rate": rate, "server_hits": None, "server_queries": None}
+    own_rate = logical(after, backend, "cache_hit_rate")
+    return {"server_hit_rate": own_rate, "server_hits": None, "server_queries": None}
 
 
 def reset_prefix_cache(base_url: str, backend: BackendSpec, timeout_s: float = 30.0) -> bool:
@@ -85,9 +85,11 @@ def reset_prefix_cache(base_url: str, backend: BackendSpec, timeout_s: float = 3
     spec = backend.cache_reset
     if spec.kind != "http" or spec.path is None:
         return False
-    request = urllib.request.Request(base_url.rstrip("/") + spec.path, method=spec.method, data=b"" if spec.method == "POST" else None)
+    request = urllib.request.Request(
+        base_url.rstrip("/") + spec.path, method=spec.method, data=b"" if spec.method == "POST" else None
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            return 200 <= resp.status < 300
+            return bool(200 <= resp.status < 300)
     except (urllib.error.URLError, OSError, TimeoutError):
         return False

@@ -111,15 +111,27 @@ class PlanBuilder:
         text = self.prompts.text(in_len, rng)
         if wl.endpoint == "chat":
             return PlannedRequest(
-                rid, "chat", out_len, messages=[{"role": "user", "content": text}],
-                prompt_tokens=in_len, group=group, temperature=wl.temperature,
+                rid,
+                "chat",
+                out_len,
+                messages=[{"role": "user", "content": text}],
+                prompt_tokens=in_len,
+                group=group,
+                temperature=wl.temperature,
             )
         return PlannedRequest(
-            rid, "completions", out_len, prompt=text, prompt_tokens=in_len, group=group,
+            rid,
+            "completions",
+            out_len,
+            prompt=text,
+            prompt_tokens=in_len,
+            group=group,
             temperature=wl.temperature,
         )
 
-    def _sampled(self, rng: random.Random, wl: ConcurrencySweep | OpenLoop, n: int, first_id: int) -> list[PlannedRequest]:
+    def _sampled(
+        self, rng: random.Random, wl: ConcurrencySweep | OpenLoop, n: int, first_id: int
+    ) -> list[PlannedRequest]:
         return [
             self._request(rng, first_id + i, wl, sample_length(wl.input_len, rng), sample_length(wl.output_len, rng))
             for i in range(n)
@@ -135,8 +147,17 @@ class PlanBuilder:
                 # A duration-bound level needs a deep enough queue; requests_for is the floor.
                 count = wl.requests_for(level) if wl.duration_s is None else max(wl.requests_for(level), 64 * level)
                 reqs = self._sampled(rng, wl, count, len(warm))
-                plans.append(RunPlan(f"c{level}", "closed", spec, concurrency=level,
-                                     duration_s=wl.duration_s, warmup=warm, requests=reqs))
+                plans.append(
+                    RunPlan(
+                        f"c{level}",
+                        "closed",
+                        spec,
+                        concurrency=level,
+                        duration_s=wl.duration_s,
+                        warmup=warm,
+                        requests=reqs,
+                    )
+                )
             return plans
         if isinstance(wl, OpenLoop):
             plans = []
@@ -145,8 +166,17 @@ class PlanBuilder:
                 reqs = self._sampled(rng, wl, wl.requests_per_rate, len(warm))
                 times = arrival_times(len(reqs), rate, wl.arrival, wl.burstiness, wl.seed + index)
                 reqs = retime(reqs, times)
-                plans.append(RunPlan(f"r{rate:g}", "open", spec, rate=rate,
-                                     concurrency=wl.max_concurrency, warmup=warm, requests=reqs))
+                plans.append(
+                    RunPlan(
+                        f"r{rate:g}",
+                        "open",
+                        spec,
+                        rate=rate,
+                        concurrency=wl.max_concurrency,
+                        warmup=warm,
+                        requests=reqs,
+                    )
+                )
             return plans
         if isinstance(wl, MultiTurn):
             return [self._multi_turn(wl, rng, spec)]
@@ -165,8 +195,14 @@ class PlanBuilder:
             )
             for i in range(wl.conversations)
         ]
-        return RunPlan("sessions", "sessions", spec, concurrency=wl.concurrency,
-                       sessions=sessions, system_prompt_tokens=wl.system_prompt_len)
+        return RunPlan(
+            "sessions",
+            "sessions",
+            spec,
+            concurrency=wl.concurrency,
+            sessions=sessions,
+            system_prompt_tokens=wl.system_prompt_len,
+        )
 
     def _long_prompt_mix(self, wl: LongPromptMix, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
         times = arrival_times(wl.short_requests, wl.short_rate, "constant", 1.0, wl.seed)
@@ -178,8 +214,10 @@ class PlanBuilder:
                 # Lands half-way between two short arrivals, so it overlaps the next ones.
                 long = self._request(rng, len(requests), wl, wl.long_input_len, wl.long_output_len, "long")
                 requests.append(_at(long, at + 0.5 / wl.short_rate))
-        warm = [self._request(rng, -1 - i, wl, wl.short_input_len, wl.short_output_len, "short")
-                for i in range(wl.warmup_requests)]
+        warm = [
+            self._request(rng, -1 - i, wl, wl.short_input_len, wl.short_output_len, "short")
+            for i in range(wl.warmup_requests)
+        ]
         return RunPlan("mix", "open", spec, rate=wl.short_rate, warmup=warm, requests=requests)
 
 
@@ -207,7 +245,9 @@ def designed_reuse(plan: RunPlan) -> float | None:
         prompt = plan.system_prompt_tokens
         for turn in range(len(session.user_turns)):
             previous = prompt
-            prompt = previous + session.user_tokens if turn == 0 else previous + session.output_len + session.user_tokens
+            prompt = (
+                previous + session.user_tokens if turn == 0 else previous + session.output_len + session.user_tokens
+            )
             total += prompt
             if turn == 0:
                 reused += plan.system_prompt_tokens if index > 0 else 0
