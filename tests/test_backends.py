@@ -152,7 +152,7 @@ def test_gpu_backends_run_in_a_pinned_image_with_gpu_ipc_and_ulimits(name: str) 
     assert spec is not None
     repo, _, tag = spec.image.rpartition(":")
     assert repo and tag and tag != "latest" and any(ch.isdigit() for ch in tag)
-    assert spec.image.startswith(("vllm/vllm-openai:", "lmsysorg/sglang:", "nvcr.io/nvidia/"))
+    assert spec.image.startswith(("vllm/vllm-openai:", "lmsysorg/sglang:", "${NGC_REGISTRY}/nvidia/"))
     assert spec.gpus and spec.ipc_host
     assert "memlock=-1" in spec.ulimits and "stack=67108864" in spec.ulimits
     assert backend.health.path == "/health"
@@ -717,7 +717,7 @@ def test_describe_shows_command_options_costs_and_notes() -> None:
     text = describe_launch(
         "trtllm-engine", {"max_num_seqs": 64, "chunked_prefill": "true"}, model="/models/tiny"
     )
-    assert "nvcr.io/nvidia/tensorrt-llm/release:" in text
+    assert "${NGC_REGISTRY}/nvidia/tensorrt-llm/release:" in text
     assert "--ipc=host" in text and "--ulimit memlock=-1" in text
     # Without the model folder the cache key is unknown; the engine folder is still named.
     assert "<key>/engine:/model:ro" in text and "not built yet" in text

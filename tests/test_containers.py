@@ -69,9 +69,7 @@ def _values(args: list[str], flag: str) -> list[str]:
 def _vllm_args(runtime: str = "podman") -> list[str]:
     backend = load_backend("vllm-cpu-container")
     launch = render_container_launch(backend, {"max_num_seqs": 8}, served_model_name="tiny")
-    return container_run_args(
-        launch, runtime=runtime, port=18123, model_dir=Path("/models/tiny"), name="bk-1"
-    )
+    return container_run_args(launch, runtime=runtime, port=18123, model_dir=Path("/models/tiny"), name="bk-1")
 
 
 def test_run_args_start_detached_with_name_and_label() -> None:
@@ -174,14 +172,9 @@ def test_backend_image_matches_build_script_tag() -> None:
 
 
 def test_image_fix_hint_builds_local_images_and_pulls_others() -> None:
-    assert image_fix_hint("podman", "localhost/bakeoff/vllm-cpu:0.32.0") == (
-        "scripts/build-images.sh vllm-cpu"
-    )
+    assert image_fix_hint("podman", "localhost/bakeoff/vllm-cpu:0.32.0") == ("scripts/build-images.sh vllm-cpu")
     assert image_fix_hint("podman", "anything:1", build="x") == "scripts/build-images.sh x"
-    assert (
-        image_fix_hint("docker", "vllm/vllm-openai:v0.11.0")
-        == "docker pull vllm/vllm-openai:v0.11.0"
-    )
+    assert image_fix_hint("docker", "vllm/vllm-openai:v0.11.0") == "docker pull vllm/vllm-openai:v0.11.0"
 
 
 def test_find_runtime_without_any_runtime_names_setup_script(
@@ -205,9 +198,7 @@ needs_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="podman
 
 
 def _podman(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [*runtime_command("podman"), *args], input=stdin, capture_output=True, check=False
-    )
+    return subprocess.run([*runtime_command("podman"), *args], input=stdin, capture_output=True, check=False)
 
 
 def _tiny_rootfs_tar() -> bytes:
@@ -274,9 +265,7 @@ def _run(
 
 @needs_podman
 @pytest.mark.container
-def test_missing_image_names_build_command(
-    backend_name: str, model_dir: Path, tmp_path: Path
-) -> None:
+def test_missing_image_names_build_command(backend_name: str, model_dir: Path, tmp_path: Path) -> None:
     spec = _spec(
         "localhost/bakeoff/not-built:0",
         ["/bin/true"],
@@ -294,9 +283,7 @@ def test_missing_image_names_build_command(
 def test_container_exiting_during_startup_fails_fast_with_log(
     backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
 ) -> None:
-    spec = _spec(
-        tiny_image, ["/usr/bin/sleep", "--bogus-option"], backend_name, health={"timeout_s": 60}
-    )
+    spec = _spec(tiny_image, ["/usr/bin/sleep", "--bogus-option"], backend_name, health={"timeout_s": 60})
     with (
         pytest.raises(LaunchError, match="exited during startup") as err,
         _run(spec, model_dir, tmp_path / "run"),
@@ -336,9 +323,7 @@ def test_readiness_timeout_removes_container(
 
 @needs_podman
 @pytest.mark.container
-def test_port_in_use_is_refused(
-    backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
-) -> None:
+def test_port_in_use_is_refused(backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
@@ -353,9 +338,7 @@ def test_port_in_use_is_refused(
 
 @needs_podman
 @pytest.mark.container
-def test_ready_server_yields_handle_and_is_removed_after(
-    backend_name: str, model_dir: Path, tmp_path: Path
-) -> None:
+def test_ready_server_yields_handle_and_is_removed_after(backend_name: str, model_dir: Path, tmp_path: Path) -> None:
     if not inspect_image("podman", BASE_IMAGE, missing_ok=True).present:
         pytest.skip(f"{BASE_IMAGE} not built; run scripts/build-images.sh debian-base")
     (model_dir / "health").write_text("ok\n")

@@ -31,7 +31,7 @@ from bakeoff.errors import LaunchError, SpecError
 
 SCRIPT = BACKENDS_DIR.parent / "docker" / "trtllm" / "build-engine.sh"
 ENGINE = load_backend("trtllm-engine")
-IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc14"
+IMAGE = "${NGC_REGISTRY}/nvidia/tensorrt-llm/release:1.3.0rc14"
 
 
 def _gpu_present() -> bool:
@@ -125,7 +125,7 @@ def test_key_follows_the_model_and_the_image(tmp_path: Path) -> None:
     assert engine_cache_key(one, ENGINE, {}) != before
     other = ENGINE.model_copy(deep=True)
     assert other.engine_build is not None
-    other.engine_build.image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0"
+    other.engine_build.image = "${NGC_REGISTRY}/nvidia/tensorrt-llm/release:1.2.0"
     assert engine_cache_key(one, other, {}) != engine_cache_key(one, ENGINE, {})
 
 
@@ -281,6 +281,10 @@ _CASES: list[dict[str, KnobValue]] = [
 def _script_env(knobs: dict[str, KnobValue], **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _ENV.values()}
     env.update({_ENV[k]: str(v) for k, v in knobs.items()})
+    # The same image string the module hashes (NGC_REGISTRY may be unset here).
+    engine_build = load_backend("trtllm-engine").engine_build
+    assert engine_build is not None
+    env["IMAGE"] = engine_build.image
     env.update(extra)
     return env
 

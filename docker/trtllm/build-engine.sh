@@ -19,7 +19,7 @@
 # RUNTIME: podman or docker (default: podman when installed); IMAGE overrides the image.
 set -euo pipefail
 
-IMAGE="${IMAGE:-nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc14}"
+IMAGE="${IMAGE:-${NGC_REGISTRY:?set NGC_REGISTRY to the host of the NVIDIA container registry}/nvidia/tensorrt-llm/release:1.3.0rc14}"
 SAMPLE=1048576          # weights are fingerprinted by their first and last MiB
 SMALL=$((16 << 20))     # other files up to this size are hashed whole
 

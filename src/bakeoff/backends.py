@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shlex
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -249,8 +251,11 @@ def load_backend(name: str, directory: Path = BACKENDS_DIR) -> BackendSpec:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
         raise SpecError(f"unknown backend {name!r}; known backends: {known}")
+    # ${VAR} in a spec (e.g. ${NGC_REGISTRY} in TensorRT-LLM's image) comes from the
+    # environment; unset ones stay visible and are refused when a launch needs them.
+    text = string.Template(path.read_text()).safe_substitute(os.environ)
     try:
-        return BackendSpec.model_validate(yaml.safe_load(path.read_text()))
+        return BackendSpec.model_validate(yaml.safe_load(text))
     except ValidationError as exc:
         raise SpecError(format_validation_error(str(path), exc)) from exc
 

@@ -132,20 +132,26 @@ def start_server(
     port = free_port()
     backend = cell.backend
     if backend.runtime == "container":
-        from bakeoff.containers import run_container
+        from bakeoff.containers import render_container_launch, run_container
 
         assert backend.container is not None
-        launch = render_launch(
-            backend,
-            cell.server.knobs,
-            model=backend.container.model_mount,
-            served_model_name=served_name,
-            port=backend.container.container_port,
-            host="0.0.0.0",
-        )
+        if "${" in backend.container.image:
+            raise LaunchError(
+                f"{backend.name}: image {backend.container.image} names an unset variable; "
+                "export it (e.g. NGC_REGISTRY=<NVIDIA's container registry host>) and retry"
+            )
+        engine_s = None
+        if backend.engine_build is not None:
+            from bakeoff.engine_build import build_engine
+
+            # The engine flow serves a prebuilt engine: build (or reuse) it first, timed.
+            engine = build_engine(model_dir, backend, cell.server.knobs)
+            model_dir, engine_s = engine.path, engine.seconds
+        launch = render_container_launch(backend, cell.server.knobs, served_model_name=served_name)
         with run_container(
             launch, port=port, served_model_name=served_name, model_dir=model_dir, run_dir=run_dir
         ) as handle:
+            handle.extra["engine_build_s"] = engine_s
             yield handle, launch
         return
     model_arg = str(model_dir)

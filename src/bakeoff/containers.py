@@ -94,9 +94,7 @@ def runtime_command(runtime: str) -> list[str]:
     return [runtime]
 
 
-def _cli(
-    runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
+def _cli(runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             [*runtime_command(runtime), *args],
@@ -141,9 +139,7 @@ def image_fix_hint(runtime: str, image: str, build: str | None = None) -> str:
     return f"{runtime} pull {image}"
 
 
-def inspect_image(
-    runtime: str, image: str, *, build: str | None = None, missing_ok: bool = False
-) -> ImageInfo:
+def inspect_image(runtime: str, image: str, *, build: str | None = None, missing_ok: bool = False) -> ImageInfo:
     """Digest and recorded build time of a local image.
 
     A missing image raises :class:`LaunchError` naming the command that provides it,
@@ -162,9 +158,7 @@ def inspect_image(
         entry = data[0] if isinstance(data, list) else data
     except (ValueError, IndexError, KeyError) as exc:
         raise LaunchError(f"`{runtime} image inspect {image}` gave unreadable output") from exc
-    return ImageInfo(
-        image=image, digest=_digest_of(entry), build_s=recorded_build_s(image), present=True
-    )
+    return ImageInfo(image=image, digest=_digest_of(entry), build_s=recorded_build_s(image), present=True)
 
 
 def _digest_of(entry: dict[str, object]) -> str:

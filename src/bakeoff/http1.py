@@ -78,7 +78,7 @@ class ResponseParser:
             self.complete = True
             return
         where = "before the response headers" if not self.headers_done else "mid-body"
-        raise HttpProtocolError(f"connection closed {where}")
+        raise HttpProtocolError(f"closed the connection {where}")
 
     def _feed_head(self, data: bytes) -> bytes:
         buf = self._buf + data if self._buf else data
