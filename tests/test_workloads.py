@@ -11,7 +11,7 @@ import pytest
 from bakeoff.client import ClientSettings, request_body
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop
-from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, save_plans
+from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, plans_match, save_plans
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,12 @@ def test_long_prompt_mix_interleaves_classes(builder: PlanBuilder) -> None:
     assert groups.index("long") == 4  # arrives after the 4th short, before the 5th
     longs = [r for r in plan.requests if r.group == "long"]
     assert all(builder.prompts.tokenizer.count(r.prompt or "") == 1000 for r in longs)
+
+
+def test_saved_plans_are_only_reused_for_the_same_workload(builder: PlanBuilder, tmp_path: Path) -> None:
+    wl = ConcurrencySweep(levels=[1], input_len=8, output_len=4)
+    save_plans(builder.build(wl), tmp_path)
+    assert plans_match(tmp_path, wl.model_dump(mode="json"))
+    changed = ConcurrencySweep(levels=[1], input_len=9, output_len=4)
+    assert not plans_match(tmp_path, changed.model_dump(mode="json"))
+    assert not plans_match(tmp_path / "missing", wl.model_dump(mode="json"))

@@ -29,7 +29,7 @@ from bakeoff.runner import RunTarget, execute_plan
 from bakeoff.slo import resolve_slo, search_max_rate
 from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Workload, load_campaign
 from bakeoff.store import SUMMARY, read_json, write_json
-from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, save_plans
+from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, plans_match, save_plans
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -119,7 +119,9 @@ def prepare(path: Path, out_dir: Path, only: list[str] | None = None) -> tuple[C
     builder = PlanBuilder(PromptFactory(load_tokenizer(model_dir)))
     for wl in spec.workloads:
         folder = out_dir / "plans" / wl.label
-        if not folder.is_dir():  # plans are made once; re-runs replay the same requests
+        # Plans are made once and replayed on re-runs, unless the workload itself changed.
+        if not plans_match(folder, wl.model_dump(mode="json")):
+            shutil.rmtree(folder, ignore_errors=True)
             save_plans(builder.build(wl), folder)
     return spec, cells
 

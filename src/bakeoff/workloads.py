@@ -277,6 +277,15 @@ def save_plans(plans: list[RunPlan], folder: Path) -> None:
     atomic_write_bytes(folder / PLAN_INDEX, orjson.dumps([p.name for p in plans]))
 
 
+def plans_match(folder: Path, workload: dict[str, Any]) -> bool:
+    """True when ``folder`` holds plans made from exactly this workload spec."""
+    index = folder / PLAN_INDEX
+    if not index.is_file():
+        return False
+    first = orjson.loads(index.read_bytes())[0]
+    return bool(orjson.loads((folder / f"{first}.json").read_bytes())["workload"] == workload)
+
+
 def load_plans(folder: Path) -> list[RunPlan]:
     index = folder / PLAN_INDEX
     if not index.is_file():
