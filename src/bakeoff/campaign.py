@@ -25,7 +25,7 @@ from bakeoff.launch import ServerHandle, free_port, reap_leftovers, run_local_pr
 from bakeoff.metrics import cost_per_million_tokens
 from bakeoff.modelgen import REPO_ROOT, resolve_model_dir
 from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.runner import RunTarget, execute_plan
+from bakeoff.runner import RunTarget, execute_plan, gpu_available
 from bakeoff.slo import resolve_slo, search_max_rate
 from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Workload, load_campaign
 from bakeoff.store import SUMMARY, read_json, write_json
@@ -49,13 +49,14 @@ class Cell:
         return f"{self.server.label}__{self.workload.label}"
 
 
-def _context_limit(server: ServerConfig, model_dir: Path | None) -> int | None:
+def _context_limit(server: ServerConfig, model_dir: Path | None, declared: int | None) -> int | None:
     if "max_model_len" in server.knobs:
         return int(server.knobs["max_model_len"])
-    if model_dir is not None and (model_dir / "config.json").is_file():
-        value = json.loads((model_dir / "config.json").read_text()).get("max_position_embeddings")
-        return int(value) if value else None
-    return None
+    folder = server.model_path or model_dir
+    if folder is not None and (folder / "config.json").is_file():
+        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+        return int(value) if value else declared
+    return declared
 
 
 def check_metric_support(where: str, wl: Workload, backend: BackendSpec) -> None:
@@ -81,7 +82,7 @@ def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = 
         if backend.accelerator == "gpu" and not spec.gpu:
             raise SpecError(f"{where}.backend: {backend.name} needs a GPU; set gpu: true in the campaign")
         render_launch(backend, server.knobs, model="/model", served_model_name="m", port=8000)
-        limit = _context_limit(server, model_dir)
+        limit = _context_limit(server, model_dir, spec.model.context_len)
         for j, wl in enumerate(spec.workloads):
             need = longest_request(wl)
             if limit is not None and need > limit:
@@ -97,15 +98,22 @@ def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = 
 
 
 def validate_campaign(path: Path) -> list[Cell]:
-    """Everything short of running: schema, backends, knobs, context lengths, metrics."""
+    """Everything short of running: schema, backends, knobs, context lengths, metrics.
+
+    Model folders are checked when the campaign can run on this machine; a GPU campaign
+    validated on a CPU machine is checked against ``model.context_len`` instead.
+    """
     spec = load_campaign(path)
     model_dir: Path | None
     try:
         model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
+        for i, server in enumerate(spec.servers):
+            if server.model_path is not None:
+                resolve_model_dir(None, server.model_path, field=f"servers[{i}].model_path")
     except SpecError:
-        if spec.model.path is not None:
+        if spec.model.path is not None and not (spec.gpu and not gpu_available()):
             raise
-        model_dir = None  # a preset not generated yet can still be validated
+        model_dir = None  # a preset not generated yet, or a GPU model that lives elsewhere
     return expand(spec, model_dir)
 
 
@@ -131,6 +139,7 @@ def start_server(
     cell: Cell, model_dir: Path, served_name: str, run_dir: Path
 ) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
     """Launch a cell's server as a local process or a container, whichever its spec says."""
+    model_dir = cell.server.model_path or model_dir
     port = free_port()
     backend = cell.backend
     if backend.runtime == "container":

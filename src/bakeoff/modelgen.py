@@ -163,11 +163,13 @@ def model_is_ready(out_dir: Path, preset: str, seed: int = 0) -> bool:
     )
 
 
-def resolve_model_dir(preset: str | None, path: Path | None, models_dir: Path = DEFAULT_MODELS_DIR) -> Path:
+def resolve_model_dir(
+    preset: str | None, path: Path | None, models_dir: Path = DEFAULT_MODELS_DIR, field: str = "model.path"
+) -> Path:
     """The folder a campaign's model lives in; a missing one is an error naming the fix."""
     if path is not None:
         if not (path / "config.json").is_file():
-            raise SpecError(f"model.path: {path} has no config.json; point it at a model folder")
+            raise SpecError(f"{field}: {path} has no config.json; point it at a model folder")
         return path
     assert preset is not None
     folder = models_dir / preset

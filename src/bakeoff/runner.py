@@ -13,6 +13,8 @@ import datetime as dt
 import importlib.metadata
 import os
 import platform
+import shutil
+import subprocess
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -63,6 +65,17 @@ def machine_info() -> dict[str, Any]:
         "memory_gib": mem_gib,
         "python": platform.python_version(),
     }
+
+
+def gpu_available() -> bool:
+    """An NVIDIA GPU answers ``nvidia-smi -L`` on this machine."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and b"GPU" in done.stdout
 
 
 def versions() -> dict[str, str | None]:

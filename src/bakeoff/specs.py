@@ -161,6 +161,9 @@ class ModelRef(Strict):
     preset: Literal["tiny", "small"] | None = None
     path: Path | None = None
     served_name: str = "bakeoff-model"
+    context_len: Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="context length, for validating before the model folder is present"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelRef:
@@ -179,6 +182,9 @@ class ServerConfig(Strict):
     label: str = ""
     knobs: dict[str, bool | int | float | str] = Field(default_factory=dict)
     cost_per_hour_usd: Annotated[float, Field(ge=0)] | None = None
+    model_path: Path | None = Field(
+        default=None, description="this server's packaging of the campaign model (e.g. a ModelOpt checkpoint)"
+    )
     url: str | None = Field(default=None, description="benchmark an already running server")
 
     @model_validator(mode="after")
