@@ -25,7 +25,7 @@ from bakeoff.launch import ServerHandle, free_port, reap_leftovers, run_local_pr
 from bakeoff.metrics import cost_per_million_tokens
 from bakeoff.modelgen import REPO_ROOT, resolve_model_dir
 from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.runner import RunTarget, execute_plan, gpu_available
+from bakeoff.runner import RunTarget, execute_plan, gpu_available, salvage_runs
 from bakeoff.slo import resolve_slo, search_max_rate
 from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Workload, load_campaign
 from bakeoff.store import SUMMARY, read_json, write_json
@@ -294,12 +294,15 @@ def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None
     try:
         _run_cells(cells, out, failures)
     finally:
+        # A cell cut short (Ctrl-C, a killed kernel) cannot clean up after itself.
         reap_leftovers(out / "cells")
+        salvage_runs(out / "cells", resolve_slo(spec.slo))
     return render_report(out, failures)
 
 
 def _run_cells(cells: list[Cell], out: Path, failures: list[str]) -> None:
     import papermill
+    from nbclient.exceptions import DeadKernelError
 
     for cell in cells:
         cell_dir = out / "cells" / cell.cell_id
@@ -320,6 +323,9 @@ def _run_cells(cells: list[Cell], out: Path, failures: list[str]) -> None:
         except papermill.PapermillExecutionError as exc:
             failures.append(cell.cell_id)
             print(f"  cell {cell.cell_id} failed: {exc.ename}: {exc.evalue}", file=sys.stderr)
+        except DeadKernelError:
+            failures.append(cell.cell_id)
+            print(f"  cell {cell.cell_id} failed: its notebook kernel died", file=sys.stderr)
 
 
 def render_report(out: Path, failures: list[str] | None = None) -> Path:

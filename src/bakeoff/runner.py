@@ -216,3 +216,23 @@ def run_coroutine(coro: Coroutine[Any, Any, None]) -> None:
 async def _drive(plan: RunPlan, target: RunTarget, journal: RecordJournal) -> None:
     async with StreamingClient(target.settings) as client:
         await run_plan(client, plan, journal.append, show_progress=target.show_progress)
+
+
+def salvage_runs(root: Path, slo: Slo | None = None) -> list[Path]:
+    """Finish run folders whose process died mid-run: parquet and summary from the journal.
+
+    The journal holds every request that completed; the summary is marked interrupted.
+    """
+    finished = []
+    for journal in sorted(root.rglob(RECORDS_JOURNAL)):
+        run_dir = journal.parent
+        if (run_dir / SUMMARY).is_file():
+            continue
+        records = read_journal(journal)
+        write_records(run_dir / RECORDS_PARQUET, records)
+        summary = summarize(records, slo)
+        summary["workload"] = {"run": run_dir.name, "mode": None}
+        summary["interrupted"] = True
+        write_json(run_dir / SUMMARY, summary)
+        finished.append(run_dir)
+    return finished
