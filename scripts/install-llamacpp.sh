@@ -7,9 +7,9 @@
 # package registry the machine can reach, and pins server + converter to one commit.
 #
 # Layout (everything git-ignored, so a second run is a no-op taking well under a second):
-#   .cache/llamacpp/<sdist>.tar.gz           the downloaded sdist
-#   .cache/llamacpp/src/                     the extracted tree
-#   .cache/llamacpp/build/                   the cmake build folder (incremental)
+#   ~/.cache/bakeoff/llamacpp/<sdist>.tar.gz the downloaded sdist
+#   ~/.cache/bakeoff/llamacpp/src/           the extracted tree
+#   ~/.cache/bakeoff/llamacpp/build/         the cmake build folder (incremental)
 #   .venv/opt/llamacpp/bin/llama-server      the installed, statically linked server
 #   .venv/opt/llamacpp/convert/              convert_hf_to_gguf.py + conversion/ + gguf-py/
 #   .venv/bin/llama-server                   symlink, so anything with .venv/bin on PATH finds it
@@ -24,7 +24,8 @@ JOBS="${JOBS:-2}"  # the build machines have 2 shared cores
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
-CACHE="$ROOT/.cache/llamacpp"
+# Outside the checkout, so a fresh clone on the same machine (CI) reuses the 5-15 min build.
+CACHE="${BAKEOFF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bakeoff}/llamacpp"
 SRC_PARENT="$CACHE/src"
 SRC="$SRC_PARENT/llama_cpp_python-$VERSION/vendor/llama.cpp"
 BUILD="$CACHE/build"
@@ -63,6 +64,13 @@ if [[ "${1:-}" != "--force" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT_STAMP"
   exit 0
 fi
 
+if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null || ! command -v g++ >/dev/null; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    log "installing the build tools (cmake ninja-build g++)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ >/dev/null; }
+  fi
+fi
 for tool in cmake ninja g++; do
   command -v "$tool" >/dev/null || { log "needs $tool (Debian: apt-get install cmake ninja-build g++)"; exit 1; }
 done
@@ -87,12 +95,12 @@ fi
 log "configuring ($SRC)"
 cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" >"$CACHE/configure.log" 2>&1 \
   || { tail -30 "$CACHE/configure.log" >&2; exit 1; }
-log "building llama-server with -j$JOBS (about 5-10 min the first time; log: $CACHE/build.log)"
+log "building llama-server with -j$JOBS (about 15 min the first time on 2 shared cores; log: $CACHE/build.log)"
 cmake --build "$BUILD" --target llama-server -j "$JOBS" >"$CACHE/build.log" 2>&1 \
   || { tail -40 "$CACHE/build.log" >&2; exit 1; }
 log "built in $(( $(date +%s) - started )) s"
 
-mkdir -p "$PREFIX/bin" "$PREFIX/convert"
+mkdir -p "$PREFIX/bin"
 install -m 0755 "$BUILD/bin/llama-server" "$PREFIX/bin/llama-server"
 ln -sfn "../opt/llamacpp/bin/llama-server" "$VENV/bin/llama-server"
 

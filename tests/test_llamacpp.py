@@ -28,7 +28,6 @@ from bakeoff.gguf import (
     pre_tokenizer_from_config,
 )
 from bakeoff.launch import free_port, run_local_process
-from bakeoff.modelgen import resolve_model_dir
 
 SERVER = llama_server_path()
 MAX_TOKENS = 16
@@ -63,17 +62,14 @@ def _byte_level(**pre: Any) -> dict[str, Any]:
         ({**_byte_level(), "pre_tokenizer": {"type": "Metaspace"}}, None),
     ],
 )
-def test_pre_tokenizer_from_config(
-    tmp_path: Path, spec: dict[str, Any], expected: str | None
-) -> None:
+def test_pre_tokenizer_from_config(tmp_path: Path, spec: dict[str, Any], expected: str | None) -> None:
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
     assert pre_tokenizer_from_config(path) == expected
 
 
-def test_generated_tokenizer_is_gpt2_pre_tokenized() -> None:
-    folder = resolve_model_dir("tiny", None)
-    assert pre_tokenizer_from_config(folder / "tokenizer.json") == "gpt-2"
+def test_generated_tokenizer_is_gpt2_pre_tokenized(tiny_model: Path) -> None:
+    assert pre_tokenizer_from_config(tiny_model / "tokenizer.json") == "gpt-2"
 
 
 def test_backend_yaml_renders() -> None:
@@ -93,6 +89,20 @@ def test_backend_yaml_renders() -> None:
     assert argv[argv.index("--kv-unified-per-slot") + 1] == "1024"
     assert {"--metrics", "--kv-unified", "--no-cache-prompt"} <= set(argv)
     assert argv[argv.index("--cache-ram") + 1] == "0"
+    assert backend.model_format == "gguf"
+
+
+@pytest.mark.parametrize(("dtype", "native"), [("q8_0", "q8_0"), ("bfloat16", "bf16"), ("auto", None)])
+def test_kv_cache_dtype_sets_k_and_v(dtype: str, native: str | None) -> None:
+    launch = render_launch(
+        load_backend("llamacpp"), {"kv_cache_dtype": dtype}, model="/m.gguf", served_model_name="t", port=1
+    )
+    argv = launch.argv
+    if native is None:
+        assert "--cache-type-k" not in argv and "--cache-type-v" not in argv
+    else:
+        assert argv[argv.index("--cache-type-k") + 1] == native
+        assert argv[argv.index("--cache-type-v") + 1] == native
 
 
 def _sse_events(resp: http.client.HTTPResponse) -> list[dict[str, Any]]:
@@ -134,8 +144,8 @@ def _server_processes(port: int) -> list[psutil.Process]:
     not SERVER.is_file(),
     reason=f"llama-server not built at {SERVER}; run scripts/install-llamacpp.sh",
 )
-def test_llamacpp_streams_a_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model_dir = resolve_model_dir("tiny", None)
+def test_llamacpp_streams_a_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path) -> None:
+    model_dir = tiny_model
     gguf = convert_to_gguf(model_dir)
     assert gguf_is_fresh(model_dir, gguf)
     # The YAML runs `llama-server` from PATH; the install links it into the venv's bin.
@@ -161,9 +171,7 @@ def test_llamacpp_streams_a_completion(tmp_path: Path, monkeypatch: pytest.Monke
         assert handle.pid is not None and _server_processes(port)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         try:
-            conn.request(
-                "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
-            )
+            conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
             resp = conn.getresponse()
             assert resp.status == 200, resp.read()[:500]
             events = _sse_events(resp)
@@ -188,7 +196,4 @@ def test_llamacpp_streams_a_completion(tmp_path: Path, monkeypatch: pytest.Monke
 
     leftovers = _server_processes(port)
     assert not leftovers, f"llama-server still running after exit: {[p.pid for p in leftovers]}"
-    assert (
-        not psutil.pid_exists(handle.pid)
-        or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
-    )
+    assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE

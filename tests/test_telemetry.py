@@ -44,3 +44,11 @@ def test_no_lookups_means_zero_hits_and_missing_counters_mean_unknown() -> None:
     snap = parse_prometheus(TEXT)
     assert prefix_cache_from_counters(snap, snap, backend)["server_hit_rate"] == 0.0
     assert prefix_cache_from_counters({}, {}, backend)["server_hit_rate"] is None
+
+
+def test_llamacpp_queries_are_uncached_plus_cached_prompt_tokens() -> None:
+    backend = load_backend("llamacpp")
+    before = {"llamacpp:prompt_tokens_total": 100.0, "llamacpp:prompt_tokens_cached_total": 0.0}
+    after = {"llamacpp:prompt_tokens_total": 150.0, "llamacpp:prompt_tokens_cached_total": 450.0}
+    block = prefix_cache_from_counters(before, after, backend)
+    assert block["server_queries"] == 500 and block["server_hit_rate"] == pytest.approx(0.9)

@@ -86,8 +86,7 @@ def convert_to_gguf(model_dir: Path, out: Path | None = None, outtype: str = "bf
     converter = converter_path()
     if not converter.is_file():
         raise LaunchError(
-            f"llama.cpp's HF->GGUF converter is not installed at {converter}; "
-            "run scripts/install-llamacpp.sh"
+            f"llama.cpp's HF->GGUF converter is not installed at {converter}; run scripts/install-llamacpp.sh"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     # Per-process temporary name: two runs converting the same model do not collide, and
@@ -163,8 +162,7 @@ def _fallback_pre(original: Callable[..., str], hf_logger: logging.Logger) -> Ca
         finally:
             hf_logger.setLevel(previous)
         hf_logger.info(
-            "pre-tokenizer hash unknown; tokenizer.json is plain GPT-2 byte-level, "
-            "so tokenizer.ggml.pre = %r",
+            "pre-tokenizer hash unknown; tokenizer.json is plain GPT-2 byte-level, so tokenizer.ggml.pre = %r",
             name,
         )
         return name
@@ -184,9 +182,7 @@ def _run_converter(argv: list[str]) -> None:
     spec.loader.exec_module(module)
     base = importlib.import_module("conversion.base")
     text_model = base.TextModel
-    text_model.get_vocab_base_pre = _fallback_pre(
-        text_model.get_vocab_base_pre, logging.getLogger("hf-to-gguf")
-    )
+    text_model.get_vocab_base_pre = _fallback_pre(text_model.get_vocab_base_pre, logging.getLogger("hf-to-gguf"))
     module.main()
 
 

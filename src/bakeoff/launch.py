@@ -161,6 +161,9 @@ def run_local_process(
     if launch.config_text is not None and launch.backend.config_file is not None:
         (run_dir / launch.backend.config_file.filename).write_text(launch.config_text)
     env = {**os.environ, **launch.env}
+    # Engines installed beside bakeoff (llama-server) live in this environment's bin folder,
+    # which is not on PATH when bakeoff is run as .venv/bin/bakeoff.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     base_url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     with open(log_path, "ab") as log:

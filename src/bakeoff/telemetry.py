@@ -54,6 +54,18 @@ def logical(snapshot: Snapshot, backend: BackendSpec, name: str) -> float | None
     native = backend.metrics.names.get(name)
     if native is None:
         return None
+    # A logical metric may be a sum of native ones ("a + b"): llama.cpp counts uncached and
+    # cached prompt tokens separately, and their sum is what vLLM calls queries.
+    total = 0.0
+    for part in (p.strip() for p in native.split("+")):
+        value = _one(snapshot, part)
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+def _one(snapshot: Snapshot, native: str) -> float | None:
     # Counters are exposed with or without the _total suffix depending on the client lib.
     for candidate in (native, native.removesuffix("_total"), native + "_total"):
         if candidate in snapshot:
