@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.backends import BackendSpec, RenderedLaunch, load_backend, render_launch
-from bakeoff.client import ClientSettings
+from bakeoff.client import ClientSettings, TokenCounter
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.launch import ServerHandle, free_port, reap_leftovers, run_local_process
 from bakeoff.metrics import cost_per_million_tokens
@@ -27,7 +27,7 @@ from bakeoff.modelgen import REPO_ROOT, resolve_model_dir
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.runner import RunTarget, execute_plan, gpu_available, salvage_runs
 from bakeoff.slo import resolve_slo, search_max_rate
-from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Workload, load_campaign
+from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Slo, Workload, load_campaign
 from bakeoff.store import SUMMARY, read_json, write_json
 from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, plans_match, save_plans
 
@@ -198,36 +198,21 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[
     }
     write_json(cell_dir / CELL_INFO, info)
     try:
-        with start_server(cell, model_dir, spec.model.served_name, cell_dir) as (handle, launch):
-            effort.update(_static_effort(cell, launch, handle))
-            server_info = {**effort["server"], "startup_s": handle.startup_s}
-            settings = ClientSettings(
-                base_url=handle.base_url,
-                model=handle.model,
-                extra_body=dict(cell.backend.request.extra_body),
-                request_timeout_s=cell.workload.request_timeout_s,
-                stall_timeout_s=cell.workload.stall_timeout_s,
-                count_tokens=tokenizer.count,
-            )
-            slo = resolve_slo(spec.slo)
-            target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False)
-            for plan in plans:
-                summaries[plan.name] = execute_plan(plan, target, cell_dir / "runs" / plan.name)
-            wl = cell.workload
-            if isinstance(wl, OpenLoop) and wl.slo_search:
-                tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
-
-                def execute(plan: RunPlan) -> dict[str, Any]:
-                    result = execute_plan(plan, target, cell_dir / "runs" / plan.name)
-                    summaries[plan.name] = result
-                    return result
-
-                info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
+        for attempt in range(1, spec.start_attempts + 1):
+            try:
+                with start_server(cell, model_dir, spec.model.served_name, cell_dir) as (handle, launch):
+                    effort.update(_static_effort(cell, launch, handle))
+                    _run_plans(cell, spec.slo, plans, tokenizer.count, handle, effort, info, summaries)
+                break
+            except LaunchError as exc:
+                # Failed starts are part of the engineering effort: record each, then retry.
+                effort["failed_start_attempts"].append(str(exc)[:2000])
+                if attempt == spec.start_attempts:
+                    raise
         if spec.measure_warm_restart:
             effort["warm_restart_s"] = _time_restart(cell, model_dir, spec.model.served_name, cell_dir)
         info["status"] = "ok"
     except LaunchError as exc:
-        effort["failed_start_attempts"].append(str(exc)[:2000])
         info["status"] = "failed"
         info["error"] = str(exc)[:4000]
         raise
@@ -236,6 +221,43 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[
         write_json(cell_dir / CELL_INFO, info)
         _attach(cell_dir, effort, cell.server.cost_per_hour_usd)
     return summaries
+
+
+def _run_plans(
+    cell: Cell,
+    campaign_slo: Slo,
+    plans: list[RunPlan],
+    count_tokens: TokenCounter,
+    handle: ServerHandle,
+    effort: dict[str, Any],
+    info: dict[str, Any],
+    summaries: dict[str, Any],
+) -> None:
+    """Every plan of the cell against the ready server, then the SLO search if asked for."""
+    cell_dir = handle.log_path.parent
+    settings = ClientSettings(
+        base_url=handle.base_url,
+        model=handle.model,
+        extra_body=dict(cell.backend.request.extra_body),
+        request_timeout_s=cell.workload.request_timeout_s,
+        stall_timeout_s=cell.workload.stall_timeout_s,
+        count_tokens=count_tokens,
+    )
+    slo = resolve_slo(campaign_slo)
+    server_info = {**effort["server"], "startup_s": handle.startup_s}
+    target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False)
+
+    def execute(plan: RunPlan) -> dict[str, Any]:
+        result = execute_plan(plan, target, cell_dir / "runs" / plan.name)
+        summaries[plan.name] = result
+        return result
+
+    for plan in plans:
+        execute(plan)
+    wl = cell.workload
+    if isinstance(wl, OpenLoop) and wl.slo_search:
+        tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
+        info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
 
 
 def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> dict[str, Any]:

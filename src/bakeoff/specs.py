@@ -207,6 +207,7 @@ class CampaignSpec(Strict):
     slo: Slo = Field(default_factory=Slo)
     gpu: bool = False
     measure_warm_restart: bool = Field(default=True, description="start each server a second time")
+    start_attempts: Annotated[int, Field(ge=1, le=5)] = Field(default=2, description="tries per server start")
 
     @model_validator(mode="after")
     def _slo_for_search(self) -> CampaignSpec:

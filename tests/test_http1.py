@@ -1,0 +1,106 @@
+"""The streaming client's HTTP/1.1 response parser: framing, splits, truncation."""
+
+from __future__ import annotations
+
+import pytest
+
+from bakeoff.http1 import HttpProtocolError, ResponseParser
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def feed_all(parser: ResponseParser, pieces: list[bytes]) -> bytes:
+    return b"".join(parser.feed(p) for p in pieces)
+
+
+def test_chunked_response() -> None:
+    parser = ResponseParser()
+    body = feed_all(parser, [HEAD + chunked(b"data: a\n\n", b"data: b\n\n")])
+    assert body == b"data: a\n\ndata: b\n\n"
+    assert parser.status == 200 and parser.complete and parser.keep_alive
+    assert parser.headers["content-type"] == "text/event-stream"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 17])
+def test_split_at_every_boundary(size: int) -> None:
+    raw = HEAD + chunked(b"data: first\n\n", b"x" * 40, b"data: [DONE]\n\n")
+    parser = ResponseParser()
+    body = feed_all(parser, [raw[i : i + size] for i in range(0, len(raw), size)])
+    assert body == b"data: first\n\n" + b"x" * 40 + b"data: [DONE]\n\n"
+    assert parser.complete
+
+
+def test_chunk_extensions_and_trailers() -> None:
+    parser = ResponseParser()
+    raw = HEAD + b"5;ext=1\r\nhello\r\n0\r\nX-Trailer: yes\r\n\r\n"
+    assert parser.feed(raw) == b"hello"
+    assert parser.complete
+
+
+def test_content_length_body_and_error_status() -> None:
+    parser = ResponseParser()
+    raw = b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 12\r\n\r\n{"error": 1}'
+    assert parser.feed(raw) == b'{"error": 1}'
+    assert parser.status == 500 and parser.reason == "Internal Server Error" and parser.complete
+
+
+def test_close_delimited_body_ends_at_eof() -> None:
+    parser = ResponseParser()
+    assert parser.feed(b"HTTP/1.1 200 OK\r\n\r\ndata: a\n\n") == b"data: a\n\n"
+    assert not parser.complete and not parser.keep_alive
+    parser.feed_eof()
+    assert parser.complete
+
+
+def test_connection_close_and_http10() -> None:
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+    assert parser.complete and not parser.keep_alive
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+    assert not parser.keep_alive
+
+
+def test_interim_response_is_skipped() -> None:
+    parser = ResponseParser()
+    body = parser.feed(b"HTTP/1.1 100 Continue\r\n\r\n" + HEAD + chunked(b"ok"))
+    assert body == b"ok" and parser.status == 200
+
+
+def test_truncated_chunked_body_is_an_error_at_eof() -> None:
+    parser = ResponseParser()
+    parser.feed(HEAD + b"a\r\ndata: x\n\n\r\n")
+    with pytest.raises(HttpProtocolError, match="mid-body"):
+        parser.feed_eof()
+
+
+def test_eof_before_headers() -> None:
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200")
+    with pytest.raises(HttpProtocolError, match="before the response headers"):
+        parser.feed_eof()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"SSH-2.0-OpenSSH\r\n\r\n",
+        b"HTTP/1.1 abc OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        HEAD + b"zz\r\n",
+        HEAD + b"2\r\nabXY",
+    ],
+)
+def test_malformed_responses(raw: bytes) -> None:
+    with pytest.raises(HttpProtocolError):
+        ResponseParser().feed(raw)
+
+
+def test_bytes_after_the_end_make_the_connection_unreusable() -> None:
+    parser = ResponseParser()
+    parser.feed(HEAD + chunked(b"a") + b"HTTP/1.1 200 OK\r\n")
+    assert parser.complete and not parser.keep_alive
