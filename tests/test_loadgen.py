@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_conversations_carry_the_real_replies(builder: PlanBuilder) -> None:
     for session in {r.group for r in records}:
         turns = sorted((r for r in records if r.group == session), key=lambda r: r.turn)
         assert [r.turn for r in turns] == [0, 1, 2]
-        for before, after in zip(turns, turns[1:], strict=False):
+        for before, after in pairwise(turns):
             # The reference server counts prompt words: the next prompt holds the previous
             # one, the reply it got, and the new user turn.
             reply_words = len(before.output_text.split())
