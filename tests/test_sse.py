@@ -13,7 +13,11 @@ def sse(obj: object) -> bytes:
 
 
 def chat(delta: dict[str, object], finish: str | None = None, **extra: object) -> dict[str, object]:
-    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
 
 
 def completion(text: str, finish: str | None = None, **extra: object) -> dict[str, object]:

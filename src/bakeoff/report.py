@@ -300,11 +300,32 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).round(2)
 
 
-def diagnose(frame: pd.DataFrame) -> list[str]:
+def model_weight_bytes(campaign_dir: Path) -> int | None:
+    """Bytes of weights the campaign's model reads per decode step (its safetensors)."""
+    import yaml
+
+    from bakeoff.modelgen import DEFAULT_MODELS_DIR
+
+    model = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()).get("model", {})
+    folder = Path(model["path"]) if model.get("path") else DEFAULT_MODELS_DIR / str(model.get("preset"))
+    files = list(folder.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) or None
+
+
+def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
     """Plain-language findings, following the measure-first bottleneck checklist."""
     notes: list[str] = []
     for (workload, server), group in frame.groupby(["workload", "server"], sort=True):
         closed = group[group["mode"] == "closed"].sort_values("concurrency")
+        single = closed[closed["concurrency"] == 1]
+        if weight_bytes and not single.empty and single.iloc[0]["tpot_ms_p50"]:
+            tpot = float(single.iloc[0]["tpot_ms_p50"])
+            notes.append(
+                f"{server} / {workload}: alone, each output token took {tpot:.1f} ms; reading "
+                f"{weight_bytes / 1e6:,.0f} MB of weights once per token is {weight_bytes / tpot / 1e6:.1f} GB/s "
+                "— compare with the memory bandwidth: near it, decode is bandwidth-bound and only "
+                "batching, quantization or speculative decoding make it faster."
+            )
         if len(closed) >= 2:
             lo, hi = closed.iloc[0], closed.iloc[-1]
             scale = hi["concurrency"] / lo["concurrency"]
