@@ -252,8 +252,10 @@ class ReferenceServer:
         stream_options = body.get("stream_options") or {}
         include_usage = bool(stream_options.get("include_usage")) and opts.usage != "none"
         k = opts.tokens_per_chunk
+        # Equal-width tokens: clients that share usage tokens over chunks by text length
+        # then get the exact split back.
         texts = [
-            "".join(f" w{t}" for t in range(i, min(i + k, max_tokens)))
+            "".join(f" w{t % 10}" for t in range(i, min(i + k, max_tokens)))
             for i in range(0, max_tokens, k)
         ]
         self.stats.running += 1

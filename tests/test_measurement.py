@@ -1,0 +1,331 @@
+"""The measurement itself, end to end: real HTTP against a server with exactly known timing.
+
+The reference server (``bakeoff.refserver``, its own process) sends the first content
+chunk ``ttft`` after a request arrives and one chunk every ``itl`` after that, so the
+client, load generator, runner and CLI are checked against known answers, and every
+protocol quirk and fault is injected on purpose. Options differ per test through the
+request body's ``ref`` field, so one server serves the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
+from bakeoff.launch import free_port
+from bakeoff.loadgen import closed_loop
+from bakeoff.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
+from bakeoff.records import RequestRecord
+from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.runner import RunTarget, execute_plan
+from bakeoff.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json, read_records
+from bakeoff.telemetry import parse_prometheus
+from bakeoff.workloads import RunPlan
+
+TTFT_MS = 100.0
+ITL_MS = 20.0
+BAKEOFF = Path(sys.executable).with_name("bakeoff")
+
+
+@pytest.fixture(scope="module")
+def ref_url() -> Iterator[str]:
+    with serve_reference(ttft_ms=TTFT_MS, itl_ms=ITL_MS) as url:
+        yield url
+
+
+def settings(url: str, ref: dict[str, Any] | None = None, **kwargs: Any) -> ClientSettings:
+    extra: dict[str, Any] = {"ignore_eos": True}
+    if ref:
+        extra["ref"] = ref
+    return ClientSettings(base_url=url, model=MODEL, extra_body=extra, **kwargs)
+
+
+def planned(n: int, max_tokens: int = 16, endpoint: str = "completions", words: int = 8) -> list[PlannedRequest]:
+    prompt = " ".join(f"p{i}" for i in range(words))
+    messages = [{"role": "user", "content": prompt}]
+    return [
+        PlannedRequest(i, endpoint, max_tokens, prompt=prompt, messages=messages, prompt_tokens=words) for i in range(n)
+    ]
+
+
+def run(config: ClientSettings, items: list[PlannedRequest], concurrency: int = 1) -> list[RequestRecord]:
+    async def drive() -> list[RequestRecord]:
+        records: list[RequestRecord] = []
+        async with StreamingClient(config) as client:
+            await closed_loop(client, items, concurrency, records.append)
+        return sorted(records, key=lambda r: r.request_id)
+
+    return asyncio.run(drive())
+
+
+def one(config: ClientSettings, max_tokens: int = 16, endpoint: str = "completions") -> RequestRecord:
+    return run(config, planned(1, max_tokens, endpoint))[0]
+
+
+def median(values: list[float | None]) -> float:
+    return statistics.median(v for v in values if v is not None)
+
+
+# --- timing -----------------------------------------------------------------------------
+
+
+def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
+    records = run(settings(ref_url), planned(8, max_tokens=16), concurrency=4)
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert median([ttft_ms(r) for r in records]) == pytest.approx(TTFT_MS, abs=3.0)
+    tpots = [t for r in records if (t := tpot_ms(r)) is not None]
+    assert statistics.fmean(tpots) == pytest.approx(ITL_MS, rel=0.03)
+    assert median([g for r in records for g in itl_ms(r)]) == pytest.approx(ITL_MS, abs=1.0)
+    assert median([e2e_ms(r) for r in records]) == pytest.approx(TTFT_MS + 15 * ITL_MS, abs=5.0)
+    assert all(r.completion_tokens == 16 and r.usage_source == "server" for r in records)
+    assert all(len(r.chunk_ns) == 16 and r.finish_reason == "length" for r in records)
+
+
+def test_role_only_first_chunk_is_not_the_first_token(ref_url: str) -> None:
+    record = one(settings(ref_url, {"role_chunk": True}), endpoint="chat")
+    assert record.ok
+    # The role chunk goes out at once, content only after TTFT: TTFB << TTFT.
+    assert ttfb_ms(record) is not None and ttfb_ms(record) < 20.0  # type: ignore[operator]
+    assert ttft_ms(record) == pytest.approx(TTFT_MS, abs=5.0)
+    assert len(record.chunk_ns) == 16  # the role chunk is not a content chunk
+
+
+def test_without_role_chunk_first_byte_is_first_token(ref_url: str) -> None:
+    record = one(settings(ref_url, {"role_chunk": False}))
+    assert record.ok and record.first_event_ns == record.first_token_ns
+
+
+def test_first_chunk_without_content_key(ref_url: str) -> None:
+    # TensorRT-LLM's role chunk has no content key at all; it is neither an error nor a token.
+    record = one(settings(ref_url, {"content_key_missing": True}), endpoint="chat")
+    assert record.ok and record.first_event_ns < record.first_token_ns
+    assert record.output_text.split() == [f"w{i % 10}" for i in range(16)]
+
+
+def test_several_tokens_per_chunk(ref_url: str) -> None:
+    record = one(settings(ref_url, {"tokens_per_chunk": 4}), max_tokens=16)
+    assert record.ok
+    assert record.chunk_tokens == [4, 4, 4, 4] and record.completion_tokens == 16
+    assert median(list(itl_ms(record))) == pytest.approx(ITL_MS, abs=1.0)
+    assert median(list(itl_per_token_ms(record))) == pytest.approx(ITL_MS / 4, abs=0.3)
+    # TPOT spreads the 3 chunk gaps over the 15 tokens after the first.
+    assert tpot_ms(record) == pytest.approx(3 * ITL_MS / 15, rel=0.05)
+
+
+def test_uneven_last_chunk_gets_its_share(ref_url: str) -> None:
+    record = one(settings(ref_url, {"tokens_per_chunk": 4, "itl_ms": 2.0}), max_tokens=10)
+    assert record.ok and record.chunk_tokens == [4, 4, 2]
+
+
+@pytest.mark.parametrize("mode", ["separate", "finish"])
+def test_usage_from_the_server(ref_url: str, mode: str) -> None:
+    record = one(settings(ref_url, {"usage": mode, "itl_ms": 2.0}, count_tokens=lambda t: 999))
+    assert record.ok and record.usage_source == "server"
+    assert record.completion_tokens == 16 and record.prompt_tokens == 8
+    assert record.cached_tokens is not None
+
+
+def test_usage_absent_falls_back_to_tokenizer_and_is_flagged(ref_url: str) -> None:
+    config = settings(ref_url, {"usage": "none", "itl_ms": 2.0}, count_tokens=lambda t: len(t.split()))
+    record = one(config)
+    assert record.ok and record.usage_source == "tokenizer" and record.completion_tokens == 16
+
+
+def test_usage_absent_without_tokenizer_counts_chunks_and_is_flagged(ref_url: str) -> None:
+    record = one(settings(ref_url, {"usage": "none", "tokens_per_chunk": 2, "itl_ms": 2.0}))
+    # 8 chunks of 2 tokens: counting chunks undercounts, which is why it is flagged.
+    assert record.ok and record.usage_source == "chunks" and record.completion_tokens == 8
+
+
+def test_comments_and_a_one_megabyte_line(ref_url: str) -> None:
+    record = one(settings(ref_url, {"comments": True, "long_line_bytes": 1 << 20, "itl_ms": 2.0}))
+    assert record.ok and record.completion_tokens == 16 and len(record.chunk_ns) == 16
+
+
+# --- faults -----------------------------------------------------------------------------
+
+
+def test_http_500(ref_url: str) -> None:
+    record = one(settings(ref_url, {"fault": "http500"}))
+    assert record.error_kind == "http" and record.http_status == 500 and "injected" in record.error
+
+
+def test_cut_stream(ref_url: str) -> None:
+    record = one(settings(ref_url, {"fault": "cut", "itl_ms": 2.0}))
+    assert record.error_kind == "stream_cut"
+    assert len(record.chunk_ns) == 8  # what arrived before the cut is kept
+    assert record.output_text.split() == [f"w{i}" for i in range(8)]
+
+
+def test_error_object_mid_stream(ref_url: str) -> None:
+    record = one(settings(ref_url, {"fault": "error", "itl_ms": 2.0}))
+    assert record.error_kind == "protocol" and "engine error" in record.error
+
+
+def test_stall_longer_than_the_stall_timeout(ref_url: str) -> None:
+    started = time.monotonic()
+    record = one(settings(ref_url, {"fault": "stall", "itl_ms": 2.0}, stall_timeout_s=0.5))
+    assert record.error_kind == "stall"
+    assert time.monotonic() - started < 3.0
+    assert e2e_ms(record) == pytest.approx(TTFT_MS + 7 * 2.0 + 500.0, abs=100.0)
+
+
+def test_request_timeout(ref_url: str) -> None:
+    record = one(settings(ref_url, {"fault": "stall", "itl_ms": 50.0}, request_timeout_s=0.6, stall_timeout_s=5.0))
+    assert record.error_kind == "timeout"
+    assert e2e_ms(record) == pytest.approx(600.0, abs=100.0)
+
+
+def test_fault_every_nth_request(ref_url: str) -> None:
+    records = run(settings(ref_url, {"fault": "http500", "fault_every": 3, "itl_ms": 1.5}), planned(6, 4))
+    assert [r.error_kind for r in records] == [None, None, "http", None, None, "http"]
+
+
+def test_server_dies_mid_run_and_the_runner_still_writes_everything(tmp_path: Path) -> None:
+    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(12, max_tokens=8))
+    with serve_reference(ttft_ms=20.0, itl_ms=5.0, fault="die", fault_every=5) as url:
+        summary = execute_plan(plan, RunTarget(settings(url), show_progress=False), tmp_path)
+    requests = summary["requests"]
+    assert requests["ok"] == 4 and requests["failed"] == 8
+    assert set(requests["failed_by_kind"]) <= {"stream_cut", "connect"}
+    assert requests["failed_by_kind"].get("stream_cut", 0) >= 1
+    records = read_records(tmp_path / RECORDS_PARQUET)
+    assert len(records) == 12
+    assert read_json(tmp_path / SUMMARY)["requests"] == requests
+    assert (tmp_path / RUN_INFO).is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # writes were atomic
+
+
+def test_ctrl_c_keeps_the_records_collected_so_far(ref_url: str, tmp_path: Path) -> None:
+    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(40, max_tokens=16))
+    # SIGINT from a timer thread, as a terminal would send it, while the loop is running.
+    timer = threading.Timer(1.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            execute_plan(plan, RunTarget(settings(ref_url), show_progress=False), tmp_path)
+    finally:
+        timer.cancel()
+    records = read_records(tmp_path / RECORDS_PARQUET)
+    assert 1 <= len(records) < 40 and all(r.ok for r in records)
+    summary = read_json(tmp_path / SUMMARY)
+    assert summary["interrupted"] is True and summary["requests"]["ok"] == len(records)
+
+
+# --- the reference server's own counters --------------------------------------------------
+
+
+def test_prefix_cache_counters(ref_url: str) -> None:
+    def counters() -> dict[str, float]:
+        with urllib.request.urlopen(ref_url + "/metrics") as resp:
+            return parse_prometheus(resp.read().decode())
+
+    before = counters()
+    config = settings(ref_url, {"itl_ms": 1.0})
+    prompt = " ".join(f"cache{i}" for i in range(40))  # 2 full blocks of 16 words, then 8
+    item = PlannedRequest(0, "completions", 2, prompt=prompt)
+    records = run(config, [item, item])
+    after = counters()
+    assert [r.cached_tokens for r in records] == [0, 32]
+    assert after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"] == 80
+    assert after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"] == 32
+
+
+def test_reference_options_are_checked(ref_url: str) -> None:
+    with pytest.raises(TypeError):
+        with serve_reference(bogus=1):
+            pass
+    record = one(settings(ref_url, {"bogus": 1}))
+    assert record.error_kind == "http" and record.http_status == 400 and "bogus" in record.error
+
+
+# --- the client on its own ----------------------------------------------------------------
+
+
+def test_kept_alive_connection_closed_by_the_server_is_retried() -> None:
+    """A server may close an idle connection just as the next request goes out on it."""
+    body = b"data: " + orjson.dumps({"choices": [{"index": 0, "text": " a", "finish_reason": "length"}]})
+    body += b"\n\ndata: [DONE]\n\n"
+    response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(response)
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # a second request on this connection: drop it
+        writer.close()
+
+    async def drive() -> list[RequestRecord]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        records = []
+        async with server, StreamingClient(settings(f"http://127.0.0.1:{port}")) as client:
+            for item in planned(2, 1):
+                records.append(await client.send(item, RequestRecord(item.request_id)))
+        return records
+
+    records = asyncio.run(drive())
+    assert [r.error_kind for r in records] == [None, None]
+    assert connections == 2
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def bench(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BAKEOFF), "bench", *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def bench_args(url: str, out: Path, **overrides: str) -> list[str]:
+    values = {"concurrency": "2", "num-requests": "4", "input-len": "8", "output-len": "8", "warmup": "0"}
+    values.update({k.replace("_", "-"): v for k, v in overrides.items()})
+    args = ["--base-url", url, "--model", MODEL, "--out", str(out)]
+    for name, value in values.items():
+        args += [f"--{name}", value]
+    return args
+
+
+def test_cli_bench_against_the_reference_server(ref_url: str, tmp_path: Path) -> None:
+    result = bench(*bench_args(ref_url, tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    summary = read_json(tmp_path / "run" / SUMMARY)
+    assert summary["requests"]["ok"] == 4 and summary["tokens"]["completion"] == 32
+
+
+def test_cli_unreachable_url_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    result = bench(*bench_args(url, tmp_path / "run"))
+    assert result.returncode != 0
+    assert time.monotonic() - started < 20.0  # interpreter start-up included
+    assert "cannot reach" in result.stderr and url in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("concurrency", "0"), ("num_requests", "0"), ("input_len", "-5"), ("output_len", "-1")],
+)
+def test_cli_rejects_non_positive_values_naming_the_flag(tmp_path: Path, flag: str, value: str) -> None:
+    result = bench(*bench_args("http://127.0.0.1:9", tmp_path / "run", **{flag: value}))
+    assert result.returncode == 2
+    assert f"--{flag.replace('_', '-')}" in result.stderr and "at least 1" in result.stderr
