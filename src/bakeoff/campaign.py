@@ -166,14 +166,17 @@ def start_server(
             yield handle, launch
         return
     model_arg = str(model_dir)
+    convert_s = None
     if backend.model_format == "gguf":
-        from bakeoff.gguf import convert_to_gguf
+        from bakeoff.gguf import conversion_seconds, convert_to_gguf
 
-        model_arg = str(convert_to_gguf(model_dir))
+        gguf = convert_to_gguf(model_dir)
+        model_arg, convert_s = str(gguf), conversion_seconds(gguf)
     launch = render_launch(
         backend, cell.server.knobs, model=model_arg, served_model_name=served_name, port=port, python=sys.executable
     )
     with run_local_process(launch, port=port, served_model_name=served_name, run_dir=run_dir) as handle:
+        handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
         yield handle, launch
 
 

@@ -112,8 +112,19 @@ def convert_to_gguf(model_dir: Path, out: Path | None = None, outtype: str = "bf
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
         raise LaunchError(f"GGUF conversion of {model_dir} failed (log {log_path}):\n{tail}")
     partial.replace(target)
-    log.info("converted %s -> %s in %.1f s", model_dir, target, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    # Kept beside the file so a cached conversion still reports what it cost (effort table).
+    target.with_name(target.name + ".seconds").write_text(f"{seconds:.3f}\n")
+    log.info("converted %s -> %s in %.1f s", model_dir, target, seconds)
     return target
+
+
+def conversion_seconds(gguf_path: Path) -> float | None:
+    """How long the conversion that made ``gguf_path`` took, when it was recorded."""
+    try:
+        return float(gguf_path.with_name(gguf_path.name + ".seconds").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # --- the converter wrapper; runs in a child process (python -m bakeoff.gguf CONVERTER ARGS) ---

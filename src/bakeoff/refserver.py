@@ -231,11 +231,7 @@ class ReferenceServer:
             max_tokens = int(body.get("max_tokens") or 16)
             if max_tokens < 1:
                 raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-            prompt = (
-                " ".join(str(m.get("content", "")) for m in body["messages"])
-                if chat
-                else str(body["prompt"])
-            )
+            prompt = " ".join(str(m.get("content", "")) for m in body["messages"]) if chat else str(body["prompt"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return _error_response(400, f"bad request: {exc}")
         faulty = self._is_faulty(opts)
@@ -254,20 +250,13 @@ class ReferenceServer:
         k = opts.tokens_per_chunk
         # Equal-width tokens: clients that share usage tokens over chunks by text length
         # then get the exact split back.
-        texts = [
-            "".join(f" w{t % 10}" for t in range(i, min(i + k, max_tokens)))
-            for i in range(0, max_tokens, k)
-        ]
+        texts = ["".join(f" w{t % 10}" for t in range(i, min(i + k, max_tokens))) for i in range(0, max_tokens, k)]
         self.stats.running += 1
         try:
             if not body.get("stream"):
-                await self.stats.pacer.until(
-                    t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3
-                )
+                await self.stats.pacer.until(t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3)
                 return self._whole(chat, "".join(texts), usage)
-            return await self._stream(
-                request, opts, chat, t0, texts, usage if include_usage else None, faulty
-            )
+            return await self._stream(request, opts, chat, t0, texts, usage if include_usage else None, faulty)
         finally:
             self.stats.running -= 1
 
@@ -300,9 +289,7 @@ class ReferenceServer:
         faulty: bool,
     ) -> web.StreamResponse:
         stats = self.stats
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         head = {
             "id": "ref",
@@ -315,11 +302,7 @@ class ReferenceServer:
             await resp.write(KEEP_ALIVE)
         if opts.role_chunk or opts.content_key_missing:
             if chat:
-                delta = (
-                    {"role": "assistant"}
-                    if opts.content_key_missing
-                    else {"role": "assistant", "content": ""}
-                )
+                delta = {"role": "assistant"} if opts.content_key_missing else {"role": "assistant", "content": ""}
                 first: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
             else:
                 first = {"index": 0, "text": "", "finish_reason": None}
@@ -392,9 +375,7 @@ def _option_flag(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bakeoff.refserver", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bakeoff.refserver", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default=MODEL, help="served model name")
@@ -405,9 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         elif f.name in ("usage", "fault"):
-            parser.add_argument(
-                flag, choices=get_args(UsageMode if f.name == "usage" else Fault), default=default
-            )
+            parser.add_argument(flag, choices=get_args(UsageMode if f.name == "usage" else Fault), default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
     return parser
@@ -429,15 +408,11 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.new_event_loop()
     app = ReferenceServer(options, model).app()
     # A short shutdown timeout: stalled handlers would otherwise hold the exit for a minute.
-    web.run_app(
-        app, host=host, port=port, print=None, access_log=None, shutdown_timeout=0.5, loop=loop
-    )
+    web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=0.5, loop=loop)
 
 
 @contextlib.contextmanager
-def serve_reference(
-    model: str = MODEL, startup_timeout_s: float = 20.0, **options: Any
-) -> Iterator[str]:
+def serve_reference(model: str = MODEL, startup_timeout_s: float = 20.0, **options: Any) -> Iterator[str]:
     """Start the reference server in its own process on a free port; yield its base URL.
 
     ``options`` are :class:`RefOptions` fields. The process is killed on exit: a graceful
@@ -455,9 +430,7 @@ def serve_reference(
     with tempfile.TemporaryDirectory(prefix="bakeoff-ref-") as tmp:
         log_path = Path(tmp) / "refserver.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             wait_ready(
                 base_url + "/health",
