@@ -26,7 +26,7 @@ GLOSSARY = """
 | tok/s per user | 1000 / TPOT ms: the decode speed one user sees. |
 | goodput | requests meeting every SLO bound, per second of the window. |
 | cost / M tok | cost per hour / (output tok/s × 3600) × 10⁶. |
-| engine build s | TensorRT-LLM's `trtllm-build` (engine flow) or llama.cpp's GGUF conversion; cached builds report what the build took. |
+| engine build s | TensorRT-LLM's `trtllm-build` (engine flow) or llama.cpp's GGUF conversion. |
 | cold / warm start s | launch → health check answers; warm is a second start with the engine's caches filled. |
 | designed reuse | share of prompt tokens repeating an earlier prefix, from the request plan. |
 | server hit rate | prefix-cache hits / queries from the server's own counters over the run. |
