@@ -313,8 +313,8 @@ def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None)
 
 def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None = None) -> Path:
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``."""
-    spec, cells = prepare(path, out_dir or REPORTS / load_campaign(path).name, only)
-    out = out_dir or REPORTS / spec.name
+    out = (out_dir or REPORTS / load_campaign(path).name).resolve()
+    spec, cells = prepare(path, out, only)
     failures: list[str] = []
     try:
         _run_cells(cells, out, failures)
@@ -354,9 +354,12 @@ def _run_cells(cells: list[Cell], out: Path, failures: list[str]) -> None:
 
 
 def render_report(out: Path, failures: list[str] | None = None) -> Path:
+    """Execute ``compare.ipynb`` over the campaign folder and export it, code hidden, to HTML."""
     import papermill
     from nbconvert import HTMLExporter
     from nbformat import read
+
+    out = out.resolve()  # the notebook kernel runs with the campaign folder as its cwd
 
     papermill.execute_notebook(
         str(NOTEBOOKS / "compare.ipynb"),

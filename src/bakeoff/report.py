@@ -144,6 +144,11 @@ def results_frame(campaign_dir: Path) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def styled(table: pd.DataFrame) -> Any:
+    """A table for the report: no index column, two decimals, '-' for missing values."""
+    return table.style.hide(axis="index").format(precision=2, na_rep="-", thousands=",")
+
+
 def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The table a reader decides from: throughput, latency tails, goodput, cost, failures."""
     if frame.empty:
@@ -234,13 +239,15 @@ def sweep_figure(frame: pd.DataFrame, workload: str) -> Any:
 
     data, axis = _sweep_axes(frame[frame["workload"] == workload])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for server, group in data.groupby("server", sort=True):
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (server, group) in enumerate(data.groupby("server", sort=True)):
         group = group.sort_values(axis)
-        axes[0].plot(group[axis], group["output_tok_s"], marker="o", label=server)
+        colour = colours[index % len(colours)]  # one colour per server on every panel
+        axes[0].plot(group[axis], group["output_tok_s"], marker="o", color=colour, label=server)
         for col, style in (("ttft_ms_p50", "-"), ("ttft_ms_p99", "--")):
-            axes[1].plot(group[axis], group[col], style, marker="o", label=f"{server} {col[-3:].upper()}")
+            axes[1].plot(group[axis], group[col], style, marker="o", color=colour, label=f"{server} {col[-3:].upper()}")
         for col, style in (("tpot_ms_p50", "-"), ("tpot_ms_p99", "--")):
-            axes[2].plot(group[axis], group[col], style, marker="o", label=f"{server} {col[-3:].upper()}")
+            axes[2].plot(group[axis], group[col], style, marker="o", color=colour, label=f"{server} {col[-3:].upper()}")
     titles = ("output tokens/s", "TTFT ms (P50 solid, P99 dashed)", "TPOT ms (P50 solid, P99 dashed)")
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title)
