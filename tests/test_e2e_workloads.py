@@ -25,7 +25,8 @@ def test_multi_turn_prefix_reuse_is_measured_both_ways(small_model: Path, tmp_pa
     for summary in (on, off):
         assert summary["requests"]["failed"] == 0  # type: ignore[index]
     on_cache, off_cache = on["prefix_cache"], off["prefix_cache"]
-    assert on_cache["designed_reuse"] == pytest.approx(off_cache["designed_reuse"]) > 0.8  # type: ignore[index]
+    assert on_cache["designed_reuse"] == pytest.approx(off_cache["designed_reuse"])  # type: ignore[index]
+    assert on_cache["designed_reuse"] > 0.8  # type: ignore[index]
     assert on_cache["server_hit_rate"] > 0.7 and on_cache["cached_tokens_ratio"] > 0.7  # type: ignore[index]
     assert on_cache["reuse_realised"] is True  # type: ignore[index]
     assert off_cache["server_hit_rate"] < 0.05 and off_cache["cached_tokens_ratio"] < 0.05  # type: ignore[index]

@@ -17,7 +17,7 @@ from bakeoff.metrics import (
     ttft_ms,
     window_s,
 )
-from bakeoff.records import ErrorKind, RequestRecord
+from bakeoff.records import ErrorKind, RequestRecord, UsageSource
 from bakeoff.specs import Slo
 
 MS = 1_000_000
@@ -38,7 +38,7 @@ def rec(
     turn: int = -1,
     error: ErrorKind | None = None,
     scheduled: float | None = None,
-    usage_source: str = "server",
+    usage_source: UsageSource = "server",
 ) -> RequestRecord:
     """A record sent at ``start`` ms; ``chunks`` are content-chunk arrivals relative to it."""
     at = [BASE + int((start + c) * MS) for c in chunks]
@@ -58,7 +58,7 @@ def rec(
         chunk_tokens=chunk_tokens if chunk_tokens is not None else [1] * len(at),
         prompt_tokens=prompt,
         completion_tokens=tokens if tokens is not None else len(at),
-        usage_source=usage_source,  # type: ignore[arg-type]
+        usage_source=usage_source,
         error_kind=error,
     )
 

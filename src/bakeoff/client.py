@@ -31,6 +31,8 @@ from bakeoff.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_to
 TokenCounter = Callable[[str], int]
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_BODY_LIMIT = 500
+# In every error object (``{"error": ...}``, ``"object": "error"``) and never in escaped text.
+ERROR_MARK = b'"error"'
 READ_BUFFER_BYTES = 1 << 18
 _perf_ns = time.perf_counter_ns
 
@@ -86,13 +88,20 @@ class _Failure(Exception):
 
 
 class _Stream:
-    """What one response has shown so far; fed from the transport callback."""
+    """What one response has shown so far; fed from the transport callback.
 
-    __slots__ = ("decoder", "done", "error_body", "last_ns", "record", "texts", "usage")
+    The callback only splits events and stamps them; JSON is parsed once the stream is
+    over (:meth:`replay`), so the code that runs on every wakeup stays small. Only an
+    event that may be an error object is parsed at once, to stop the request there.
+    """
+
+    __slots__ = ("decoder", "done", "error_body", "event_ns", "events", "last_ns", "record", "texts", "usage")
 
     def __init__(self, record: RequestRecord) -> None:
         self.record = record
         self.decoder = SSEDecoder()
+        self.events: list[bytes] = []
+        self.event_ns: list[int] = []
         self.texts: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.done = False
@@ -119,6 +128,18 @@ class _Stream:
             if payload == DONE:
                 self.done = True
                 continue
+            if ERROR_MARK in payload:
+                error = read_chunk(payload).error
+                if error is not None:
+                    return error
+            self.events.append(payload)
+            self.event_ns.append(now)
+        return None
+
+    def replay(self) -> str | None:
+        """Parse the kept events into the record; return the error of a broken chunk."""
+        record = self.record
+        for payload, now in zip(self.events, self.event_ns, strict=True):
             info = read_chunk(payload)
             if info.error is not None:
                 return info.error
@@ -131,6 +152,8 @@ class _Stream:
                 record.finish_reason = info.finish_reason
             if info.usage is not None:
                 self.usage = info.usage
+        self.events.clear()
+        self.event_ns.clear()
         return None
 
 
@@ -380,8 +403,10 @@ class StreamingClient:
                         pool.release(conn)
                         conn = None
                         continue
+                    stream.replay()  # what arrived before the failure is kept
                     return _fail(record, failure.kind, str(failure), stream.texts)
         except asyncio.CancelledError:
+            stream.replay()
             _fail(record, "cancelled", "run interrupted", stream.texts)
             if conn is not None:
                 conn.close()
@@ -394,7 +419,7 @@ class StreamingClient:
             detail = stream.error_body[:ERROR_BODY_LIMIT].decode(errors="replace")
             return _fail(record, "http", f"HTTP {record.http_status}: {detail}")
         # A last event the server ended without its blank line.
-        error = stream.on_events(stream.decoder.flush(), record.end_ns)
+        error = stream.on_events(stream.decoder.flush(), record.end_ns) or stream.replay()
         if error is not None:
             return _fail(record, "protocol", error)
         if not stream.done and record.finish_reason is None:

@@ -130,6 +130,16 @@ class ResponseParser:
             self.keep_alive = False  # the body runs until the peer closes
 
     def _dechunk(self, data: bytes) -> bytes:
+        if not self._buf and self._state == _SIZE:
+            # Fast path for the usual read, exactly one whole non-final chunk: no state loop.
+            nl = data.find(b"\r\n")
+            if 0 < nl <= 8 and data.endswith(b"\r\n"):
+                try:
+                    length = int(data[:nl], 16)
+                except ValueError:
+                    length = 0  # extensions or garbage: the general path sorts it out
+                if length > 0 and len(data) == nl + length + 4:
+                    return data[nl + 2 : nl + 2 + length]
         buf = self._buf + data if self._buf else data
         size = len(buf)
         out: list[bytes] = []
@@ -153,6 +163,8 @@ class ResponseParser:
                     length = int(buf[pos:end].split(b";", 1)[0], 16)
                 except ValueError:
                     raise HttpProtocolError(f"bad chunk size {buf[pos:end][:40]!r}") from None
+                if length < 0:
+                    raise HttpProtocolError(f"negative chunk size {length}")
                 pos = end + 2
                 self._remaining = length
                 state = _DATA if length else _TRAILER

@@ -304,6 +304,8 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
                         "TTFT P99 ms": block["ttft_ms"]["p99"],
                         "TPOT P50 ms": block["tpot_ms"]["p50"],
                         "TPOT P99 ms": block["tpot_ms"]["p99"],
+                        "ITL P99 ms": block["itl_ms"]["p99"],
+                        "ITL P99.9 ms": block["itl_ms"]["p99.9"],
                     }
                 )
     return pd.DataFrame(rows).round(2)
@@ -360,7 +362,8 @@ def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
                 )
         sessions = group[group["mode"] == "sessions"]
         for _, row in sessions.iterrows():
-            if row["reuse_realised"] is False:
+            realised = row["reuse_realised"]
+            if realised is not None and not pd.isna(realised) and not bool(realised):
                 notes.append(
                     f"{server} / {workload}: prefix reuse was designed ({row['designed_reuse']:.0%}) "
                     "but not realised by the server — prefix caching is off or evicted."

@@ -26,6 +26,12 @@ class SSEDecoder:
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if not self._buffer and not self._data and chunk.startswith(b"data:") and chunk.endswith(b"\n\n"):
+            # Fast path for the usual read, exactly one single-line event: no line loop.
+            end = len(chunk) - 2
+            if chunk.find(b"\n") == end and chunk[end - 1] != 0x0D:
+                value = chunk[5:end]
+                return [value[1:] if value.startswith(b" ") else value]
         buffer = self._buffer + chunk if self._buffer else chunk
         events: list[bytes] = []
         start = 0
