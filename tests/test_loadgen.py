@@ -79,3 +79,18 @@ def test_conversations_carry_the_real_replies(builder: PlanBuilder) -> None:
             assert after.prompt_tokens == before.prompt_tokens + reply_words + 5
     summary = summarize(records)
     assert set(summary["ttft_ms_by_turn"]) == {"0", "1", "2"}
+
+
+def test_rerunning_a_plan_replaces_its_run_folder(builder: PlanBuilder, tmp_path: Path) -> None:
+    from bakeoff.runner import RunTarget, execute_plan
+
+    plan = builder.build(
+        ConcurrencySweep(levels=[2], requests_per_level=6, warmup_requests=1, input_len=8, output_len=3)
+    )[0]
+    with serve_reference(ttft_ms=5, itl_ms=2) as url:
+        target = RunTarget(ClientSettings(base_url=url, model=MODEL), show_progress=False)
+        first = execute_plan(plan, target, tmp_path / "c2")
+        second = execute_plan(plan, target, tmp_path / "c2")
+    assert first["requests"]["ok"] == second["requests"]["ok"] == 6
+    assert second["requests"]["warmup"] == 1
+    assert len((tmp_path / "c2" / "records.jsonl").read_text().splitlines()) == 7

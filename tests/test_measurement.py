@@ -26,6 +26,7 @@ import orjson
 import pytest
 
 from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
+from bakeoff.errors import SpecError
 from bakeoff.launch import free_port
 from bakeoff.loadgen import closed_loop
 from bakeoff.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
@@ -54,11 +55,14 @@ def settings(url: str, ref: dict[str, Any] | None = None, **kwargs: Any) -> Clie
     return ClientSettings(base_url=url, model=MODEL, extra_body=extra, **kwargs)
 
 
-def planned(n: int, max_tokens: int = 16, endpoint: str = "completions", words: int = 8) -> list[PlannedRequest]:
+def planned(
+    n: int, max_tokens: int = 16, endpoint: str = "completions", words: int = 8, first_id: int = 0
+) -> list[PlannedRequest]:
     prompt = " ".join(f"p{i}" for i in range(words))
     messages = [{"role": "user", "content": prompt}]
     return [
-        PlannedRequest(i, endpoint, max_tokens, prompt=prompt, messages=messages, prompt_tokens=words) for i in range(n)
+        PlannedRequest(first_id + i, endpoint, max_tokens, prompt=prompt, messages=messages, prompt_tokens=words)
+        for i in range(n)
     ]
 
 
@@ -84,13 +88,20 @@ def median(values: list[float | None]) -> float:
 
 
 def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
-    records = run(settings(ref_url), planned(8, max_tokens=16), concurrency=4)
+    # The first requests of a fresh server pay for accepts and cold code; warm up as runs do.
+    warmup = planned(4, max_tokens=2, first_id=-4)
+    records = run(settings(ref_url), warmup + planned(8, max_tokens=16), concurrency=4)[len(warmup) :]
     assert all(r.ok for r in records), [r.error for r in records]
-    assert median([ttft_ms(r) for r in records]) == pytest.approx(TTFT_MS, abs=3.0)
+    # A busy machine only ever adds delay: the systematic error shows in the quickest
+    # requests (the second quickest of eight here), the noise in the median.
+    ttfts = sorted(v for r in records if (v := ttft_ms(r)) is not None)
+    assert ttfts[1] == pytest.approx(TTFT_MS, abs=2.0)
+    assert statistics.median(ttfts) == pytest.approx(TTFT_MS, abs=10.0)
+    e2es = sorted(map(e2e_ms, records))
+    assert e2es[1] == pytest.approx(TTFT_MS + 15 * ITL_MS, abs=3.0)
     tpots = [t for r in records if (t := tpot_ms(r)) is not None]
     assert statistics.fmean(tpots) == pytest.approx(ITL_MS, rel=0.03)
     assert median([g for r in records for g in itl_ms(r)]) == pytest.approx(ITL_MS, abs=1.0)
-    assert median([e2e_ms(r) for r in records]) == pytest.approx(TTFT_MS + 15 * ITL_MS, abs=5.0)
     assert all(r.completion_tokens == 16 and r.usage_source == "server" for r in records)
     assert all(len(r.chunk_ns) == 16 and r.finish_reason == "length" for r in records)
 
@@ -99,9 +110,9 @@ def test_role_only_first_chunk_is_not_the_first_token(ref_url: str) -> None:
     record = one(settings(ref_url, {"role_chunk": True}), endpoint="chat")
     assert record.ok
     # The role chunk goes out at once, content only after TTFT: TTFB << TTFT.
-    first_byte = ttfb_ms(record)
-    assert first_byte is not None and first_byte < 20.0
-    assert ttft_ms(record) == pytest.approx(TTFT_MS, abs=5.0)
+    first_byte, first_token = ttfb_ms(record), ttft_ms(record)
+    assert first_byte is not None and first_token is not None
+    assert first_byte < 20.0 and first_token > TTFT_MS - 2.0
     assert len(record.chunk_ns) == 16  # the role chunk is not a content chunk
 
 
@@ -253,6 +264,18 @@ def test_reference_options_are_checked(ref_url: str) -> None:
     assert record.error_kind == "http" and record.http_status == 400 and "bogus" in record.error
 
 
+def test_header_override_and_a_non_streaming_answer(ref_url: str) -> None:
+    body = orjson.dumps({"model": MODEL, "prompt": "a b c", "max_tokens": 5})
+    headers = {"Content-Type": "application/json", "x-bakeoff-ref": '{"ttft_ms": 1, "itl_ms": 1}'}
+    request = urllib.request.Request(ref_url + "/v1/completions", data=body, headers=headers)
+    started = time.monotonic()
+    with urllib.request.urlopen(request) as resp:
+        answer = orjson.loads(resp.read())
+    assert time.monotonic() - started < TTFT_MS / 1e3  # the header's 1 ms schedule, not 100 ms
+    assert answer["choices"][0]["text"].split() == ["w0", "w1", "w2", "w3", "w4"]
+    assert answer["usage"]["prompt_tokens"] == 3 and answer["usage"]["completion_tokens"] == 5
+
+
 # --- the client on its own ----------------------------------------------------------------
 
 
@@ -286,6 +309,15 @@ def test_kept_alive_connection_closed_by_the_server_is_retried() -> None:
     records = asyncio.run(drive())
     assert [r.error_kind for r in records] == [None, None]
     assert connections == 2
+
+
+def test_invalid_base_url_is_a_spec_error() -> None:
+    async def enter() -> None:
+        async with StreamingClient(settings("ftp://127.0.0.1:1")):
+            pass
+
+    with pytest.raises(SpecError, match="base URL"):
+        asyncio.run(enter())
 
 
 # --- the command line ---------------------------------------------------------------------

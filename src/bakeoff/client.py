@@ -1,12 +1,13 @@
 """One streaming request in, one :class:`RequestRecord` out.
 
-The hot path runs in the transport callback of a plain :class:`asyncio.Protocol`: each
+The hot path runs in the read callback of an :class:`asyncio.BufferedProtocol`: each
 received segment is stamped with ``perf_counter_ns`` the moment the event loop hands it
-over, then de-chunked, split into SSE events and parsed, with no stream-reader futures,
-task switches or timer re-arming per chunk. (A general HTTP client spends several times
-more CPU per chunk than all of that, which at a few hundred streams is what limits the
-measurement.) Everything derived (token shares per chunk, fallback token counts) happens
-after the stream ends. Connections are kept alive and reused. Failures never raise out of
+over, de-chunked (:mod:`bakeoff.http1`) and split into SSE events, which are kept with
+their stamps; their JSON is parsed once the stream is over. There are no stream-reader
+futures, task switches or timer re-arms per chunk: a general HTTP client spends several
+times the CPU per chunk, which at a few hundred streams is what limits a measurement.
+Everything derived (token shares per chunk, fallback token counts) happens after the
+stream ends. Connections are kept alive and reused. Failures never raise out of
 :meth:`StreamingClient.send`: they become records with an ``error_kind``.
 """
 
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from bakeoff.errors import ServerUnreachableError
+from bakeoff.errors import ServerUnreachableError, SpecError
 from bakeoff.http1 import HttpProtocolError, ResponseParser
 from bakeoff.records import ErrorKind, RequestRecord
 from bakeoff.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_tokens
@@ -306,7 +307,7 @@ class _Pool:
     def __init__(self, base_url: str, connect_timeout_s: float) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"base URL must be http(s)://host[:port][/prefix], got {base_url!r}")
+            raise SpecError(f"base URL must be http(s)://host[:port][/prefix], got {base_url!r}")
         self.host = url.hostname
         self.port = url.port or (443 if url.scheme == "https" else 80)
         self.ssl = ssl.create_default_context() if url.scheme == "https" else None

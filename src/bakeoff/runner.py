@@ -106,6 +106,9 @@ def prefix_cache_block(plan: RunPlan, records: list[RequestRecord], counters: di
 def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, Any]:
     """Run one plan into ``run_dir`` and return its summary."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    # A re-run replaces the run: its journal must not append to the previous one's.
+    for name in (RECORDS_JOURNAL, RECORDS_PARQUET, SUMMARY, RUN_INFO):
+        (run_dir / name).unlink(missing_ok=True)
     backend = target.backend
     base_url = target.settings.base_url
     cache_reset = reset_prefix_cache(base_url, backend) if backend is not None else False
