@@ -30,6 +30,7 @@ from pathlib import Path
 from bakeoff.backends import BackendSpec, KnobValue, RenderedLaunch, render_launch
 from bakeoff.errors import LaunchError, RuntimeMissingError
 from bakeoff.launch import ServerHandle, port_in_use, wait_ready
+from bakeoff.paths import user_cache_dir
 
 RUNTIMES = ("podman", "docker")
 RUNTIME_ENV = "BAKEOFF_CONTAINER_RUNTIME"
@@ -112,11 +113,7 @@ def _cli(runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S) -> subproc
 
 def cache_file() -> Path:
     """``images.json`` written by scripts/build-images.sh: image tag -> build seconds."""
-    base = os.environ.get("BAKEOFF_CACHE_DIR")
-    if base:
-        return Path(base) / "images.json"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "bakeoff" / "images.json"
+    return user_cache_dir() / "images.json"
 
 
 def recorded_build_s(image: str) -> float | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from bakeoff.backends import BackendSpec, KnobValue, baked_knobs, render_engine_
 from bakeoff.containers import find_runtime, runtime_command
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.launch import log_tail
+from bakeoff.paths import user_cache_dir
 
 KEY_VERSION = "bakeoff-engine-key v1"
 MODEL_MOUNT = "/model"
@@ -105,12 +105,8 @@ def engine_cache_key(model_dir: Path, backend: BackendSpec, knobs: dict[str, Kno
 
 
 def default_cache_dir() -> Path:
-    """``$BAKEOFF_CACHE_DIR/engines``, else the user cache folder (XDG) ``bakeoff/engines``."""
-    base = os.environ.get("BAKEOFF_CACHE_DIR")
-    if base:
-        return Path(base) / "engines"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "bakeoff" / "engines"
+    """``engines/`` in the user cache folder (see :func:`bakeoff.paths.user_cache_dir`)."""
+    return user_cache_dir() / "engines"
 
 
 def engine_step_args(
