@@ -25,6 +25,17 @@ def test_chunked_response() -> None:
     assert parser.headers["content-type"] == "text/event-stream"
 
 
+def test_one_chunk_per_read() -> None:
+    # How streams usually arrive: headers, then one whole chunk per read, then the end.
+    parser = ResponseParser()
+    assert parser.feed(HEAD) == b""
+    assert parser.feed(b"9\r\ndata: a\n\n\r\n") == b"data: a\n\n"
+    assert parser.feed(b"e\r\ndata: [DONE]\n\n\r\n") == b"data: [DONE]\n\n"
+    assert not parser.complete
+    assert parser.feed(b"0\r\n\r\n") == b""
+    assert parser.complete and parser.keep_alive
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 17])
 def test_split_at_every_boundary(size: int) -> None:
     raw = HEAD + chunked(b"data: first\n\n", b"x" * 40, b"data: [DONE]\n\n")
@@ -93,6 +104,7 @@ def test_eof_before_headers() -> None:
         b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
         HEAD + b"zz\r\n",
         HEAD + b"2\r\nabXY",
+        HEAD + b"-5\r\nabcde\r\n",
     ],
 )
 def test_malformed_responses(raw: bytes) -> None:

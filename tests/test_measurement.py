@@ -80,6 +80,18 @@ def one(config: ClientSettings, max_tokens: int = 16, endpoint: str = "completio
     return run(config, planned(1, max_tokens, endpoint))[0]
 
 
+def server_counters(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics") as resp:
+        return parse_prometheus(resp.read().decode())
+
+
+def mean_lateness_ms(before: dict[str, float], after: dict[str, float]) -> float:
+    """How late the reference server sent its chunks on average, between two scrapes."""
+    chunks = after["bakeoff_ref_chunks_total"] - before["bakeoff_ref_chunks_total"]
+    late_s = after["bakeoff_ref_late_seconds_sum"] - before["bakeoff_ref_late_seconds_sum"]
+    return late_s / chunks * 1e3 if chunks else 0.0
+
+
 def median(values: list[float | None]) -> float:
     return statistics.median(v for v in values if v is not None)
 
@@ -90,20 +102,24 @@ def median(values: list[float | None]) -> float:
 def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
     # The first requests of a fresh server pay for accepts and cold code; warm up as runs do.
     warmup = planned(4, max_tokens=2, first_id=-4)
+    before = server_counters(ref_url)
     records = run(settings(ref_url), warmup + planned(8, max_tokens=16), concurrency=4)[len(warmup) :]
+    late_ms = mean_lateness_ms(before, server_counters(ref_url))
     assert all(r.ok for r in records), [r.error for r in records]
-    # A busy machine only ever adds delay: the systematic error shows in the quickest
-    # requests (the second quickest of eight here), the noise in the median.
     ttfts = sorted(v for r in records if (v := ttft_ms(r)) is not None)
-    assert ttfts[1] == pytest.approx(TTFT_MS, abs=2.0)
-    assert statistics.median(ttfts) == pytest.approx(TTFT_MS, abs=10.0)
-    e2es = sorted(map(e2e_ms, records))
-    assert e2es[1] == pytest.approx(TTFT_MS + 15 * ITL_MS, abs=3.0)
     tpots = [t for r in records if (t := tpot_ms(r)) is not None]
     assert statistics.fmean(tpots) == pytest.approx(ITL_MS, rel=0.03)
     assert median([g for r in records for g in itl_ms(r)]) == pytest.approx(ITL_MS, abs=1.0)
+    assert statistics.median(ttfts) == pytest.approx(TTFT_MS, abs=10.0)
     assert all(r.completion_tokens == 16 and r.usage_source == "server" for r in records)
     assert all(len(r.chunk_ns) == 16 and r.finish_reason == "length" for r in records)
+    if late_ms > 0.5:
+        # On a saturated machine the server misses its own schedule; so would any client.
+        pytest.skip(f"machine too busy to check 2 ms precision: the server ran {late_ms:.1f} ms late")
+    # Busy moments only ever add delay: the systematic error shows in the quickest requests
+    # (the second quickest of eight here), the noise in the median.
+    assert ttfts[1] == pytest.approx(TTFT_MS, abs=2.0)
+    assert sorted(map(e2e_ms, records))[1] == pytest.approx(TTFT_MS + 15 * ITL_MS, abs=3.0)
 
 
 def test_role_only_first_chunk_is_not_the_first_token(ref_url: str) -> None:
@@ -242,16 +258,12 @@ def test_ctrl_c_keeps_the_records_collected_so_far(ref_url: str, tmp_path: Path)
 
 
 def test_prefix_cache_counters(ref_url: str) -> None:
-    def counters() -> dict[str, float]:
-        with urllib.request.urlopen(ref_url + "/metrics") as resp:
-            return parse_prometheus(resp.read().decode())
-
-    before = counters()
+    before = server_counters(ref_url)
     config = settings(ref_url, {"itl_ms": 1.0})
     prompt = " ".join(f"cache{i}" for i in range(40))  # 2 full blocks of 16 words, then 8
     item = PlannedRequest(0, "completions", 2, prompt=prompt)
     records = run(config, [item, item])
-    after = counters()
+    after = server_counters(ref_url)
     assert [r.cached_tokens for r in records] == [0, 32]
     assert after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"] == 80
     assert after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"] == 32

@@ -1,8 +1,8 @@
 """An incremental, I/O-free HTTP/1.1 response parser for the streaming client's hot path.
 
-The client reads OpenAI streams straight from an :class:`asyncio.Protocol`, so every
-received segment is stamped and decoded in the transport callback, with no stream-reader
-futures or task switches per chunk. This module turns those raw segments into body bytes:
+The client reads OpenAI streams straight from an asyncio protocol, so every received
+segment is stamped and decoded in the read callback, with no stream-reader futures or
+task switches per chunk. This module turns those raw segments into body bytes:
 status line and headers, then a chunked, length-delimited or close-delimited body. Only
 what LLM servers send is supported: no compression (the client never asks for it), no
 upgrades; informational ``1xx`` responses are skipped.
@@ -187,9 +187,6 @@ class ResponseParser:
                     if pos < size:
                         self.keep_alive = False
                     break
-            else:
-                self.keep_alive = False
-                break
         self._state = state
         self._buf = buf[pos:] if pos < size and state != _DONE else b""
         if not out:

@@ -100,7 +100,7 @@ class Pacer:
     """
 
     GAIN = 0.02
-    CLAMP_S = 0.002  # a process descheduled by the OS says nothing about the timer
+    CLAMP_S = 0.005  # one long deschedule must not swing the mean
 
     def __init__(self) -> None:
         self.bias_s = 0.0
