@@ -355,3 +355,29 @@ def test_ready_server_yields_handle_and_is_removed_after(backend_name: str, mode
             assert resp.read() == b"ok\n"
         container_id = handle.container_id
     assert _podman("container", "exists", container_id).returncode != 0
+
+
+def test_missing_registry_image_is_pulled_and_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.containers import ensure_image, recorded_build_s
+
+    # A stand-in CLI: `image inspect` fails until `pull` has run; no registry is reachable here.
+    fake = tmp_path / "fakectl"
+    fake.write_text(
+        "#!/bin/bash\n"
+        f'state="{tmp_path}/pulled"\n'
+        'if [ "$1" = pull ]; then sleep 0.2; touch "$state"; exit 0; fi\n'
+        'if [ "$1 $2" = "image inspect" ]; then\n'
+        '  [ -f "$state" ] || exit 125\n'
+        '  echo \'[{"Id": "abc", "RepoDigests": ["r/x@sha256:feed"]}]\'; exit 0\n'
+        "fi\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
+    info = ensure_image(str(fake), "vendor/server:1.0")
+    assert info.present and info.digest == "sha256:feed"
+    pulled_s = recorded_build_s("vendor/server:1.0")
+    assert pulled_s is not None and pulled_s >= 0.2
+    (tmp_path / "pulled").unlink()  # locally built images are never pulled, only named
+    with pytest.raises(LaunchError, match=r"scripts/build-images.sh vllm-cpu"):
+        ensure_image(str(fake), "localhost/bakeoff/vllm-cpu:9.9", build="vllm-cpu")

@@ -95,6 +95,10 @@ def runtime_command(runtime: str) -> list[str]:
     return [runtime]
 
 
+# Multi-GB serving images take a while on a slow link; a hung pull still ends.
+_PULL_TIMEOUT_S = 3600.0
+
+
 def _cli(runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
@@ -125,6 +129,37 @@ def recorded_build_s(image: str) -> float | None:
     if isinstance(entry, dict) and isinstance(entry.get("build_s"), int | float):
         return float(entry["build_s"])
     return None
+
+
+def record_image_seconds(image: str, seconds: float, how: str) -> None:
+    """Add an image's build or pull time to ``images.json`` (the effort table reads it)."""
+    path = cache_file()
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[image] = {"build_s": round(seconds, 1), "how": how}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def ensure_image(runtime: str, image: str, *, build: str | None = None) -> ImageInfo:
+    """The local image; a registry image that is missing is pulled first, timed.
+
+    Locally built images (``build`` set) are never built implicitly: that takes minutes
+    and its own script, which the error names.
+    """
+    info = inspect_image(runtime, image, build=build, missing_ok=True)
+    if info.present or build is not None or image.startswith(LOCAL_IMAGE_PREFIX):
+        return inspect_image(runtime, image, build=build)
+    started = time.monotonic()
+    pulled = _cli(runtime, "pull", image, timeout_s=_PULL_TIMEOUT_S)
+    if pulled.returncode != 0:
+        raise LaunchError(f"`{runtime} pull {image}` failed: {pulled.stderr.strip()[-1500:]}")
+    record_image_seconds(image, time.monotonic() - started, "pull")
+    return inspect_image(runtime, image, build=build)
 
 
 def image_fix_hint(runtime: str, image: str, build: str | None = None) -> str:
@@ -332,7 +367,7 @@ def run_container(
         raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
     if not Path(model_dir).is_dir():
         raise LaunchError(f"model folder {model_dir} does not exist")
-    info = inspect_image(runtime, spec.image, build=spec.build)
+    info = ensure_image(runtime, spec.image, build=spec.build)
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "server.log"
     config_path = None
