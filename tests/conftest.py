@@ -1,4 +1,4 @@
-"""Shared fixtures: the generated models and small helpers for real-engine tests."""
+"""Shared fixtures: the generated models the real-engine and plan tests use."""
 
 from __future__ import annotations
 
@@ -11,17 +11,18 @@ from bakeoff.modelgen import DEFAULT_MODELS_DIR, model_is_ready
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _generated(preset: str) -> Path:
+    folder = DEFAULT_MODELS_DIR / preset
+    if not model_is_ready(folder, preset):
+        pytest.fail(f"models/{preset} missing: run `make models` (make test does it)")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    folder = DEFAULT_MODELS_DIR / "tiny"
-    if not model_is_ready(folder, "tiny"):
-        pytest.fail("models/tiny missing: run `make models` (make test does it)")
-    return folder
+    return _generated("tiny")
 
 
 @pytest.fixture(scope="session")
 def small_model() -> Path:
-    folder = DEFAULT_MODELS_DIR / "small"
-    if not model_is_ready(folder, "small"):
-        pytest.fail("models/small missing: run `make models` (make test does it)")
-    return folder
+    return _generated("small")
