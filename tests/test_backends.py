@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bakeoff.backend_review import describe_launch
 from bakeoff.backends import (
     BACKENDS_DIR,
     DRAFT_MOUNT,
@@ -28,7 +29,6 @@ from bakeoff.backends import (
     baked_knobs,
     change_cost,
     check_knob,
-    describe_launch,
     list_backends,
     load_backend,
     parse_knob_args,

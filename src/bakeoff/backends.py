@@ -101,9 +101,7 @@ class KnobSpec(_Strict):
             raise ValueError("build_flag needs build_step")
         if self.build_step is not None and self.change_needs != "rebuild":
             # Whatever is compiled into the engine can only change by building it again.
-            raise ValueError(
-                "a knob baked into the engine (build_step) needs change_needs: rebuild"
-            )
+            raise ValueError("a knob baked into the engine (build_step) needs change_needs: rebuild")
         return self
 
 
@@ -345,9 +343,7 @@ def _fill_template(part: str, subs: dict[str, str], backend: BackendSpec) -> str
     """Fill a command-template word; a placeholder nobody provides is a spec error."""
     for name in _PLACEHOLDER.findall(part):
         if name not in subs:
-            raise SpecError(
-                f"backend {backend.name!r}: command uses unknown placeholder {{{name}}}"
-            )
+            raise SpecError(f"backend {backend.name!r}: command uses unknown placeholder {{{name}}}")
     return str(_fill(part, subs))
 
 
@@ -356,7 +352,7 @@ def _native(spec: KnobSpec, value: KnobValue) -> Any:
     return copy.deepcopy(spec.value_map[key]) if key in spec.value_map else value
 
 
-def _flag_text(value: Any) -> str:
+def flag_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
@@ -366,13 +362,11 @@ def _flag_text(value: Any) -> str:
 
 def _value_words(flag: str | None, native: Any) -> list[str]:
     """argv words for a value: ``flag VALUE``, or ``flag`` + list items, or the list alone."""
-    words = [_flag_text(v) for v in native] if isinstance(native, list) else [_flag_text(native)]
+    words = [flag_text(v) for v in native] if isinstance(native, list) else [flag_text(native)]
     return [flag, *words] if flag else words
 
 
-def _active_knobs(
-    backend: BackendSpec, checked: dict[str, KnobValue]
-) -> list[tuple[str, KnobSpec, KnobValue]]:
+def _active_knobs(backend: BackendSpec, checked: dict[str, KnobValue]) -> list[tuple[str, KnobSpec, KnobValue]]:
     """(name, spec, value) for every knob that renders: set ones, and unset always_set ones."""
     active: list[tuple[str, KnobSpec, KnobValue]] = []
     for name, spec in backend.knobs.items():
@@ -387,10 +381,7 @@ def _claim(owners: dict[str, str], flag: str, knob: str, backend: BackendSpec) -
     # Two knobs on one flag would silently let the last one win (argparse semantics).
     other = owners.setdefault(flag, knob)
     if other != knob:
-        raise KnobError(
-            f"backend {backend.name!r}: knobs {other!r} and {knob!r} both set {flag}; "
-            "set only one of them"
-        )
+        raise KnobError(f"backend {backend.name!r}: knobs {other!r} and {knob!r} both set {flag}; set only one of them")
 
 
 def render_launch(
@@ -430,7 +421,7 @@ def render_launch(
         elif spec.flag:
             words = _value_words(spec.flag, native)
         elif spec.env:
-            env[spec.env] = str(_fill(_flag_text(native), subs))
+            env[spec.env] = str(_fill(flag_text(native), subs))
         elif spec.config_key:
             _set_dotted(config, spec.config_key, _fill(native, subs))
         if words:
@@ -449,9 +440,7 @@ def baked_knobs(backend: BackendSpec, knobs: dict[str, KnobValue]) -> dict[str, 
     """The engine-build knobs with their effective values (the backend default when unset)."""
     checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
     return {
-        name: checked.get(name, spec.default)
-        for name, spec in backend.knobs.items()
-        if spec.build_step is not None
+        name: checked.get(name, spec.default) for name, spec in backend.knobs.items() if spec.build_step is not None
     }
 
 
@@ -468,9 +457,7 @@ def render_engine_build(
         raise SpecError(f"backend {backend.name!r} has no engine build")
     checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
     subs = {"model": model, "checkpoint_dir": checkpoint_dir, "engine_dir": engine_dir}
-    steps = [
-        [_fill_template(w, subs, backend) for w in step] for step in backend.engine_build.steps
-    ]
+    steps = [[_fill_template(w, subs, backend) for w in step] for step in backend.engine_build.steps]
     owners: dict[str, str] = {}
     for name, spec, value in _active_knobs(backend, checked):
         if spec.build_step is None:
@@ -485,117 +472,7 @@ def render_engine_build(
     return steps
 
 
-def _default_text(value: KnobValue | None) -> str:
-    return "chosen by the backend" if value is None else _flag_text(value)
-
-
-def describe_launch(
-    name: str, knobs: dict[str, KnobValue], *, model: str = "/model", port: int = 8000
-) -> str:
-    """Human-readable launch for ``bakeoff backends show``: command, config, knob costs, notes.
-
-    ``model`` is the model folder on the host (the container mounts it); ``port`` the host
-    port. Container backends show the exact ``podman``/``docker run`` command.
-    """
-    backend = load_backend(name)
-    served = Path(model).name or "model"
-    lines = [f"backend: {backend.name} ({backend.display_name}) {backend.version}".rstrip()]
-    build_lines: list[str] = []
-    mounted = model
-    if backend.engine_build is not None:
-        steps = render_engine_build(
-            backend,
-            knobs,
-            model="/model",
-            checkpoint_dir="/work/checkpoint",
-            engine_dir="/work/engine",
-        )
-        # The server mounts the built engine folder, not the checkpoint.
-        mounted, built = _engine_folder(backend, knobs, model)
-        build_lines += [
-            "",
-            f"engine build (image {backend.engine_build.image}; cached by model + baked knobs;",
-            f"  {'already built' if built else 'not built yet'}: {mounted}):",
-        ]
-        build_lines += [f"  {i + 1}. {shlex.join(step)}" for i, step in enumerate(steps)]
-    if backend.runtime == "container":
-        launch, command = _container_command(
-            backend, knobs, model=mounted, port=port, served=served
-        )
-    else:
-        launch = render_launch(backend, knobs, model=model, served_model_name=served, port=port)
-        env = [f"{k}={v}" for k, v in sorted(launch.env.items())]
-        command = shlex.join(["env", *env, *launch.argv]) if env else launch.command_line
-    lines += ["", "command:", f"  {command}", *build_lines]
-    if launch.config_text is not None and backend.config_file is not None:
-        lines += ["", f"{backend.config_file.filename} ({backend.config_file.flag}):"]
-        lines += [f"  {line}" for line in launch.config_text.rstrip().splitlines()]
-    lines += ["", "knobs:"]
-    if not launch.non_default:
-        lines.append("  all at the backend's defaults")
-    for knob, value in launch.non_default.items():
-        spec = backend.knobs[knob]
-        lines.append(
-            f"  {knob} = {_flag_text(value)} (default: {_default_text(spec.default)}): "
-            f"changing it needs {spec.change_needs}"
-        )
-    notes = [
-        *backend.notes,
-        *(f"{k}: {backend.knobs[k].note}" for k in launch.knobs if backend.knobs[k].note),
-    ]
-    if notes:
-        lines += ["", "notes:", *(f"  - {note}" for note in notes)]
-    return "\n".join(lines) + "\n"
-
-
-def _engine_folder(
-    backend: BackendSpec, knobs: dict[str, KnobValue], model: str
-) -> tuple[str, bool]:
-    """Where the engine for this model and knob set is cached, and whether it is built."""
-    # Imported here: bakeoff.engine_build imports this module.
-    from bakeoff.engine_build import default_cache_dir, engine_cache_key, read_record
-
-    try:
-        key = engine_cache_key(Path(model), backend, knobs)
-    except SpecError:
-        # The key hashes the model's files; without the folder it cannot be known here.
-        return str(default_cache_dir() / "<key>" / "engine"), False
-    work = default_cache_dir() / key
-    return str(work / "engine"), read_record(work) is not None
-
-
-def _container_command(
-    backend: BackendSpec, knobs: dict[str, KnobValue], *, model: str, port: int, served: str
-) -> tuple[RenderedLaunch, str]:
-    # Imported here: bakeoff.containers imports this module.
-    from bakeoff.containers import (
-        container_run_args,
-        find_runtime,
-        render_container_launch,
-        runtime_command,
-    )
-    from bakeoff.errors import RuntimeMissingError
-
-    launch = render_container_launch(backend, knobs, served_model_name=served)
-    try:
-        runtime = find_runtime()
-    except RuntimeMissingError:
-        runtime = "docker"  # show the common form when no runtime is installed here
-    config = Path.cwd() / backend.config_file.filename if backend.config_file else None
-    args = container_run_args(
-        launch,
-        runtime=runtime,
-        port=port,
-        model_dir=Path(model),
-        name=f"bakeoff-{backend.name}-{port}",
-        config_path=config,
-    )
-    return launch, shlex.join([*runtime_command(runtime), *args])
-
-
-def change_cost(
-    backend: BackendSpec, before: dict[str, KnobValue], after: dict[str, KnobValue]
-) -> ChangeCost:
+def change_cost(backend: BackendSpec, before: dict[str, KnobValue], after: dict[str, KnobValue]) -> ChangeCost:
     """What it takes to go from one knob set to another: nothing, a restart or a rebuild."""
     order: list[ChangeCost] = ["nothing", "restart", "rebuild"]
     worst: ChangeCost = "nothing"

@@ -145,13 +145,14 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def cmd_backends(args: argparse.Namespace) -> int:
     from bakeoff import backends
+    from bakeoff.backend_review import describe_launch
 
     if args.backends_command == "list":
         for name in backends.list_backends():
             spec = backends.load_backend(name)
             print(f"{name:22} {spec.runtime:9} {spec.accelerator:4} {spec.display_name}")
         return 0
-    print(backends.describe_launch(args.name, backends.parse_knob_args(args.knob)))
+    print(describe_launch(args.name, backends.parse_knob_args(args.knob)))
     return 0
 
 
