@@ -383,7 +383,3 @@ def render_report(out: Path, failures: list[str] | None = None) -> Path:
     if failures:
         print(f"cells that failed: {', '.join(failures)} (see their bench.ipynb and server.log)", file=sys.stderr)
     return out / "report.html"
-
-
-def load_plans_for(campaign_dir: Path, workload_name: str) -> list[RunPlan]:
-    return load_plans(campaign_dir / "plans" / workload_name)

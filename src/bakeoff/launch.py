@@ -205,8 +205,3 @@ def run_local_process(
     finally:
         _stop_process_group(proc)
         pid_file.unlink(missing_ok=True)
-
-
-def python_executable() -> str:
-    """The interpreter of this environment: embedded engines are installed beside bakeoff."""
-    return sys.executable
