@@ -31,6 +31,13 @@ def engine_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path) -> None:
     backend = load_backend("vllm-cpu")
     port = free_port()
@@ -85,7 +92,7 @@ def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path
         run = json.loads((out / "run.json").read_text())
         assert run["client"]["exact_prompt_lengths"] is True
         assert (out / "records.parquet").stat().st_size > 0
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in pids if alive(p)]
     assert "tiny-e2e" in (tmp_path / "srv" / "server.log").read_text()
 
 

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from bakeoff.backends import RenderedLaunch
 from bakeoff.errors import LaunchError
 
@@ -132,7 +134,12 @@ def reap_leftovers(root: Path) -> list[int]:
 
 
 def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """SIGTERM the whole group, then SIGKILL what is left; never leaves orphans behind."""
+    """SIGTERM the whole group, then SIGKILL what is left; never leaves orphans behind.
+
+    Returns only once every process of the server is gone: the group, plus any descendant
+    that moved to a group of its own, and SIGKILL takes effect asynchronously.
+    """
+    family = _descendants(proc.pid)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -143,6 +150,17 @@ def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) ->
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
+    for child in family:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            child.kill()
+    psutil.wait_procs(family, timeout=10)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 @contextlib.contextmanager
