@@ -31,11 +31,13 @@ def engine_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
-def alive(pid: int) -> bool:
+def survivor(pid: int) -> str | None:
+    """The command line of ``pid`` if it still runs (zombies awaiting reaping do not)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else " ".join(proc.cmdline())[:200]
     except psutil.NoSuchProcess:
-        return False
+        return None
 
 
 def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path) -> None:
@@ -92,7 +94,7 @@ def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path
         run = json.loads((out / "run.json").read_text())
         assert run["client"]["exact_prompt_lengths"] is True
         assert (out / "records.parquet").stat().st_size > 0
-    assert not [p for p in pids if alive(p)]
+    assert not {p: cmd for p in pids if (cmd := survivor(p))}
     assert "tiny-e2e" in (tmp_path / "srv" / "server.log").read_text()
 
 
