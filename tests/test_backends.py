@@ -76,6 +76,15 @@ def _all_knobs() -> list[tuple[str, str]]:
     return [(name, knob) for name in list_backends() for knob in load_backend(name).knobs]
 
 
+def _rendering_knobs() -> list[tuple[str, str]]:
+    """Knobs with a target of their own (not parameters that fill another knob)."""
+    return [(name, knob) for name, knob in _all_knobs() if load_backend(name).knobs[knob].fills is None]
+
+
+def _fill_knobs() -> list[tuple[str, str]]:
+    return [(name, knob) for name, knob in _all_knobs() if load_backend(name).knobs[knob].fills is not None]
+
+
 def _sample(spec: KnobSpec) -> KnobValue:
     """A valid value different from the knob's default."""
     if spec.type == "bool":
@@ -103,14 +112,18 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _filled(value: Any) -> Any:
-    """A value_map entry with ``{draft_model}`` filled in, as rendering does."""
+def _filled(value: Any, tokens: int = 4) -> Any:
+    """A value_map entry with ``{draft_model}`` and the speculative token count filled in."""
+    if value == "{num_speculative_tokens}":
+        return tokens
+    if value == "{num_speculative_tokens+1}":
+        return tokens + 1
     if isinstance(value, str):
         return value.replace("{draft_model}", DRAFT_MOUNT)
     if isinstance(value, list):
-        return [_filled(v) for v in value]
+        return [_filled(v, tokens) for v in value]
     if isinstance(value, dict):
-        return {k: _filled(v) for k, v in value.items()}
+        return {k: _filled(v, tokens) for k, v in value.items()}
     return value
 
 
@@ -166,7 +179,7 @@ def test_gpu_backends_run_in_a_pinned_image_with_gpu_ipc_and_ulimits(name: str) 
 # --- every knob lands where its map says -----------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "knob"), _all_knobs())
+@pytest.mark.parametrize(("name", "knob"), _rendering_knobs())
 def test_every_knob_renders_into_its_target(name: str, knob: str) -> None:
     backend = load_backend(name)
     spec = backend.knobs[knob]
@@ -207,13 +220,45 @@ def test_every_knob_renders_into_its_target(name: str, knob: str) -> None:
             assert _contains(steps[spec.build_step], _words(spec.build_flag, native))
 
 
+@pytest.mark.parametrize(("name", "knob"), _fill_knobs())
+def test_a_fill_knob_lands_inside_the_knob_it_fills(name: str, knob: str) -> None:
+    backend = load_backend(name)
+    spec = backend.knobs[knob]
+    assert spec.fills is not None
+    target = backend.knobs[spec.fills]
+    method = next(v for v, native in target.value_map.items() if "{" + knob in json.dumps(native))
+    value = _sample(spec)
+    assert isinstance(value, int)
+    launch = _render(backend, {spec.fills: method, knob: value})
+    assert launch.non_default == {spec.fills: method, knob: value}
+    expected = _filled(target.value_map[method], value)
+    if target.flag:
+        assert _contains(launch.argv, _words(target.flag, expected))
+    else:
+        assert target.config_key is not None
+        assert _dotted(_config(launch), target.config_key) == expected
+    # Alone it would change nothing: refused, naming the knob it needs.
+    with pytest.raises(KnobError, match=f"only takes effect with '{spec.fills}'"):
+        _render(backend, {knob: value})
+
+
 @pytest.mark.parametrize(("name", "knob"), _all_knobs())
 def test_an_unset_knob_renders_nothing_unless_always_set(name: str, knob: str) -> None:
     backend = load_backend(name)
     spec = backend.knobs[knob]
     launch = _render(backend)
     if spec.always_set:
-        assert spec.config_key and _dotted(_config(launch), spec.config_key) == spec.default
+        default = _text(spec.default)
+        if spec.config_key:
+            assert _dotted(_config(launch), spec.config_key) == spec.default
+        elif spec.flag:
+            assert _contains(launch.argv, [spec.flag, default])
+        else:
+            assert spec.build_step is not None and spec.build_flag is not None
+            steps = render_engine_build(backend, {}, **ENGINE_DIRS)
+            assert _contains(steps[spec.build_step], [spec.build_flag, default])
+    elif spec.fills:
+        assert "{" not in launch.command_line
     elif spec.flag:
         assert spec.flag not in launch.argv or spec.flag in backend.command
     elif spec.config_key and launch.config_text is not None:
@@ -274,10 +319,10 @@ def test_vllm_bool_knobs_pick_the_true_or_false_flag(knob: str, on: str, off: st
 def test_vllm_speculative_renders_compact_json_with_the_draft_mount() -> None:
     argv = _render("vllm", {"speculative": "ngram"}).argv
     config = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert config == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
-    argv = _render("vllm", {"speculative": "draft"}).argv
+    assert config == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    argv = _render("vllm", {"speculative": "draft", "num_speculative_tokens": 6}).argv
     config = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert config == {"method": "draft_model", "model": "/draft", "num_speculative_tokens": 4}
+    assert config == {"method": "draft_model", "model": "/draft", "num_speculative_tokens": 6}
     argv = _render("vllm", {"speculative": "none", "quantization": "none"}).argv
     assert "--speculative-config" not in argv and "--quantization" not in argv
 
@@ -323,9 +368,7 @@ def test_sglang_value_flags() -> None:
 
 
 def test_sglang_bool_knobs_and_their_native_spelling() -> None:
-    assert _contains(
-        _render("sglang", {"chunked_prefill": False}).argv, ["--chunked-prefill-size", "-1"]
-    )
+    assert _contains(_render("sglang", {"chunked_prefill": False}).argv, ["--chunked-prefill-size", "-1"])
     assert "--chunked-prefill-size" not in _render("sglang", {"chunked_prefill": True}).argv
     assert "--disable-radix-cache" in _render("sglang", {"prefix_caching": False}).argv
     assert "--disable-radix-cache" not in _render("sglang", {"prefix_caching": True}).argv
@@ -341,17 +384,17 @@ def test_sglang_refuses_two_knobs_on_one_flag() -> None:
 def test_sglang_speculative_renders_the_algorithm_and_its_flags() -> None:
     argv = _render("sglang", {"speculative": "eagle"}).argv
     start = argv.index("--speculative-algorithm")
+    # 4 proposed tokens in one chain: SGLang counts the verified root among its draft tokens.
     assert argv[start:] == [
         "--speculative-algorithm", "EAGLE",
         "--speculative-draft-model-path", "/draft",
-        "--speculative-num-steps", "3",
+        "--speculative-num-steps", "4",
         "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4",
+        "--speculative-num-draft-tokens", "5",
     ]  # fmt: skip
-    argv = _render("sglang", {"speculative": "ngram"}).argv
-    assert _contains(
-        argv, ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4"]
-    )
+    # SGLang's NGRAM is a trie-based token tree without a lookup window: another algorithm.
+    with pytest.raises(KnobError, match=r"cannot take 'ngram': SGLang 0.5.18's NGRAM drafts a token tree"):
+        _render("sglang", {"speculative": "ngram"})
 
 
 def test_sglang_reset_and_metrics() -> None:
@@ -390,7 +433,9 @@ def test_trtllm_knobs_nest_into_the_options_file() -> None:
             "kv_cache_dtype": "fp8",
             "max_model_len": 8192,
             "tensor_parallel_size": 2,
-            "speculative": "eagle",
+            "speculative": "eagle3",
+            "num_speculative_tokens": 3,
+            "dtype": "float16",
         },
     )
     assert _config(launch) == {
@@ -401,22 +446,20 @@ def test_trtllm_knobs_nest_into_the_options_file() -> None:
         "max_num_tokens": 4096,
         "max_seq_len": 8192,
         "tensor_parallel_size": 2,
+        "dtype": "float16",
         "kv_cache_config": {
             "free_gpu_memory_fraction": 0.5,
             "enable_block_reuse": False,
             "dtype": "fp8",
         },
         "speculative_config": {
-            "decoding_type": "Eagle",
+            "decoding_type": "Eagle3",
             "max_draft_len": 3,
             "speculative_model_dir": "/draft",
         },
     }
     # Nothing of the tuning leaks onto the command line.
-    assert (
-        "--max_batch_size" not in launch.argv
-        and "--kv_cache_free_gpu_memory_fraction" not in launch.argv
-    )
+    assert "--max_batch_size" not in launch.argv and "--kv_cache_free_gpu_memory_fraction" not in launch.argv
 
 
 def test_trtllm_ngram_and_no_speculation() -> None:
@@ -424,7 +467,7 @@ def test_trtllm_ngram_and_no_speculation() -> None:
     assert config["speculative_config"] == {
         "decoding_type": "NGram",
         "max_draft_len": 4,
-        "max_matching_ngram_size": 2,
+        "max_matching_ngram_size": 3,
     }
     assert "speculative_config" not in _config(_render("trtllm", {"speculative": "none"}))
 
@@ -437,9 +480,7 @@ def test_trtllm_quirks_metrics_and_reset() -> None:
     stats = backend.metrics.iteration_stats
     assert stats is not None and stats.path == "/metrics" and stats.draining
     assert stats.fields["kv_cache_stats"] == "kvCacheStats"
-    assert backend.knobs["gpu_memory_utilization"].note.startswith(
-        "fraction of the GPU memory still FREE"
-    )
+    assert backend.knobs["gpu_memory_utilization"].note.startswith("fraction of the GPU memory still FREE")
 
 
 def test_trtllm_refuses_quantization_saying_why() -> None:
@@ -546,10 +587,7 @@ def test_change_cost_nothing_restart_rebuild() -> None:
         ("quantization", "int8_wo"),
     ):
         assert change_cost(engine, {}, {knob: value}) == "rebuild", knob
-    assert (
-        change_cost(engine, {"prefix_caching": True}, {"prefix_caching": False, "max_num_seqs": 8})
-        == "rebuild"
-    )
+    assert change_cost(engine, {"prefix_caching": True}, {"prefix_caching": False, "max_num_seqs": 8}) == "rebuild"
     assert change_cost(load_backend("trtllm"), {}, {"max_num_seqs": 64}) == "restart"
     assert change_cost(load_backend("vllm"), {"max_num_seqs": 64}, {}) == "restart"
 
@@ -582,7 +620,7 @@ def test_knob_the_backend_lacks_lists_what_it_supports() -> None:
     ("name", "knob", "value", "match"),
     [
         ("vllm", "kv_cache_dtype", "int4", "choose one of: auto, bfloat16"),
-        ("sglang", "speculative", "medusa", "choose one of: none, ngram, eagle, draft"),
+        ("sglang", "speculative", "medusa", "choose one of: none, eagle, eagle3, draft"),
         ("trtllm", "kv_cache_dtype", "fp8_e5m2", "choose one of: auto, fp8"),
         ("trtllm-engine", "quantization", "fp8", "choose one of: none, int8_wo, int4_wo"),
         ("vllm", "max_num_seqs", "many", "expected a int"),
@@ -596,9 +634,7 @@ def test_knob_the_backend_lacks_lists_what_it_supports() -> None:
         ("vllm", "gpu_memory_utilization", 1.5, "above the maximum 1.0"),
     ],
 )
-def test_bad_values_are_refused_naming_backend_and_knob(
-    name: str, knob: str, value: KnobValue, match: str
-) -> None:
+def test_bad_values_are_refused_naming_backend_and_knob(name: str, knob: str, value: KnobValue, match: str) -> None:
     with pytest.raises(KnobError, match=match) as err:
         _render(name, {knob: value})
     assert f"'{name}'" in str(err.value) and f"'{knob}'" in str(err.value)
@@ -703,9 +739,7 @@ def test_compose_service_matches_its_backend(folder: str, service: str, backend_
     assert svc.get("environment", {}) == launch.env
     assert "/health" in " ".join(svc["healthcheck"]["test"])
     if launch.config_text is not None:
-        host_file = next(
-            v.split(":")[0] for v in svc["volumes"] if v.endswith(":/bakeoff/options.yaml:ro")
-        )
+        host_file = next(v.split(":")[0] for v in svc["volumes"] if v.endswith(":/bakeoff/options.yaml:ro"))
         shipped = yaml.safe_load((REPO / "docker" / folder / host_file).read_text())
         assert shipped == yaml.safe_load(launch.config_text)
 
@@ -714,9 +748,7 @@ def test_compose_service_matches_its_backend(folder: str, service: str, backend_
 
 
 def test_describe_shows_command_options_costs_and_notes() -> None:
-    text = describe_launch(
-        "trtllm-engine", {"max_num_seqs": 64, "chunked_prefill": "true"}, model="/models/tiny"
-    )
+    text = describe_launch("trtllm-engine", {"max_num_seqs": 64, "chunked_prefill": "true"}, model="/models/tiny")
     assert "${NGC_REGISTRY}/nvidia/tensorrt-llm/release:" in text
     assert "--ipc=host" in text and "--ulimit memlock=-1" in text
     # Without the model folder the cache key is unknown; the engine folder is still named.
@@ -729,9 +761,7 @@ def test_describe_shows_command_options_costs_and_notes() -> None:
     assert "notes:" in text
 
 
-def test_describe_engine_flow_mounts_the_cached_engine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_describe_engine_flow_mounts_the_cached_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bakeoff.engine_build import engine_cache_key
 
     monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
@@ -772,3 +802,122 @@ def test_container_rendering_points_the_config_flag_inside() -> None:
     assert launch.argv[-2:] == ["--config", "/bakeoff/options.yaml"]
     assert launch.argv[1] == "/model"
     assert Path(launch.argv[-1]).name == "options.yaml"
+
+
+# --- one knob value, one algorithm and one token count on every GPU backend -------------
+
+SPECULATIVE_BACKENDS = ["vllm", "sglang", "trtllm"]
+
+
+def _speculation(name: str, knobs: dict[str, KnobValue]) -> tuple[str, int]:
+    """(native method name, tokens proposed per step) as the framework will read them."""
+    launch = _render(name, knobs)
+    if name == "vllm":
+        config = json.loads(launch.argv[launch.argv.index("--speculative-config") + 1])
+        return str(config["method"]), int(config["num_speculative_tokens"])
+    if name == "sglang":
+        argv = launch.argv
+        steps = int(argv[argv.index("--speculative-num-steps") + 1])
+        assert argv[argv.index("--speculative-eagle-topk") + 1] == "1"
+        # SGLang refuses topk 1 unless draft tokens = steps + 1 (the root is counted).
+        assert int(argv[argv.index("--speculative-num-draft-tokens") + 1]) == steps + 1
+        return argv[argv.index("--speculative-algorithm") + 1], steps
+    spec = _config(launch)["speculative_config"]
+    return str(spec["decoding_type"]), int(spec["max_draft_len"])
+
+
+NATIVE_METHODS = {
+    "eagle": {"vllm": "eagle", "sglang": "EAGLE"},
+    "eagle3": {"vllm": "eagle3", "sglang": "EAGLE3", "trtllm": "Eagle3"},
+    "draft": {"vllm": "draft_model", "sglang": "STANDALONE", "trtllm": "DraftTarget"},
+    "ngram": {"vllm": "ngram", "trtllm": "NGram"},
+}
+
+
+@pytest.mark.parametrize("method", sorted(NATIVE_METHODS))
+@pytest.mark.parametrize("tokens", [None, 2, 7])
+def test_a_speculative_value_means_one_algorithm_and_token_count_everywhere(method: str, tokens: int | None) -> None:
+    knobs: dict[str, KnobValue] = {"speculative": method}
+    if tokens is not None:
+        knobs["num_speculative_tokens"] = tokens
+    for name in SPECULATIVE_BACKENDS:
+        native = NATIVE_METHODS[method].get(name)
+        if native is None:
+            # Where the framework lacks the algorithm, the value is refused with a reason.
+            with pytest.raises(KnobError, match=f"cannot take '{method}': "):
+                _render(name, knobs)
+            continue
+        assert _speculation(name, knobs) == (native, tokens or 4)
+
+
+def test_num_speculative_tokens_has_one_default_on_every_backend() -> None:
+    defaults = {
+        name: load_backend(name).knobs["num_speculative_tokens"].default
+        for name in list_backends()
+        if "num_speculative_tokens" in load_backend(name).knobs
+    }
+    assert set(defaults) == set(SPECULATIVE_BACKENDS)
+    assert set(defaults.values()) == {4}
+
+
+def test_ngram_looks_up_the_same_window_on_vllm_and_trtllm() -> None:
+    argv = _render("vllm", {"speculative": "ngram"}).argv
+    vllm = json.loads(argv[argv.index("--speculative-config") + 1])
+    trtllm = _config(_render("trtllm", {"speculative": "ngram"}))["speculative_config"]
+    # vLLM tries n-grams from prompt_lookup_max down to prompt_lookup_min; TensorRT-LLM from
+    # max_matching_ngram_size down to 1.
+    assert vllm["prompt_lookup_min"] == 1
+    assert vllm["prompt_lookup_max"] == trtllm["max_matching_ngram_size"] == 3
+
+
+def test_trtllm_refuses_eagle_one_because_its_eagle_is_eagle3() -> None:
+    with pytest.raises(KnobError, match=r"EAGLE-3 heads only.*use eagle3"):
+        _render("trtllm", {"speculative": "eagle"})
+
+
+# --- values a pinned framework version cannot take, kernels, warnings, dtype ----------
+
+
+def test_vllm_refuses_bitsandbytes_quoting_why() -> None:
+    with pytest.raises(
+        KnobError, match=r'0.31.0 cannot take .bitsandbytes.*plugin package.*"Unknown quantization method"'
+    ):
+        _render("vllm", {"quantization": "bitsandbytes"})
+    # SGLang 0.5.18 still ships it.
+    assert _contains(_render("sglang", {"quantization": "bitsandbytes"}).argv, ["--quantization", "bitsandbytes"])
+
+
+def test_sglang_awq_runs_the_marlin_kernel_like_vllm() -> None:
+    argv = _render("sglang", {"quantization": "awq"}).argv
+    assert _contains(argv, ["--quantization", "awq_marlin"]) and "awq" not in argv
+
+
+def test_vllm_chunked_prefill_off_carries_vllms_warning() -> None:
+    launch = _render("vllm", {"chunked_prefill": False})
+    assert len(launch.warnings) == 1
+    assert "chunked_prefill=false" in launch.warnings[0] and "crash or produce incorrect outputs" in launch.warnings[0]
+    assert _render("vllm", {"chunked_prefill": True}).warnings == []
+    assert _render("vllm").warnings == []
+    text = describe_launch("vllm", {"chunked_prefill": False})
+    assert "warnings:" in text and "crash or produce incorrect outputs" in text
+
+
+def test_dtype_is_a_shared_knob_with_each_frameworks_spelling() -> None:
+    assert "dtype" in KNOB_VOCABULARY
+    assert _contains(_render("vllm", {"dtype": "float16"}).argv, ["--dtype", "float16"])
+    assert _contains(_render("sglang", {"dtype": "float16"}).argv, ["--dtype", "float16"])
+    assert _config(_render("trtllm", {"dtype": "float16"}))["dtype"] == "float16"
+    with pytest.raises(KnobError, match="converted in bfloat16"):
+        _render("trtllm-engine", {"dtype": "float16"})
+    assert _contains(_render("vllm-cpu", {"dtype": "float32"}).argv, ["--dtype", "float32"])
+    with pytest.raises(KnobError, match="weight type is fixed when the GGUF is written"):
+        _render("llamacpp", {"dtype": "float16"})
+
+
+def test_a_fill_knob_has_no_target_of_its_own_and_fills_a_mapped_knob() -> None:
+    with pytest.raises(ValueError, match="renders through the knob it fills"):
+        KnobSpec.model_validate({"type": "int", "default": 4, "fills": "speculative", "flag": "--n"})
+    vllm = yaml.safe_load((BACKENDS_DIR / "vllm.yaml").read_text())
+    del vllm["knobs"]["speculative"]
+    with pytest.raises(ValueError, match="fills 'speculative', which this backend does not map"):
+        BackendSpec.model_validate(vllm)

@@ -87,6 +87,26 @@ def test_run_args_mount_model_read_only_at_model_mount() -> None:
     assert _values(_vllm_args(), "-v") == ["/models/tiny:/model:ro"]
 
 
+def _speculative_args(draft_dir: Path | None) -> list[str]:
+    launch = render_container_launch(load_backend("vllm"), {"speculative": "eagle3"}, served_model_name="m")
+    return container_run_args(
+        launch, runtime="podman", port=18123, model_dir=Path("/models/m"), name="bk-2", draft_dir=draft_dir
+    )
+
+
+def test_run_args_mount_the_draft_model_read_only_where_speculative_knobs_look() -> None:
+    args = _speculative_args(Path("/models/eagle3-head"))
+    assert _values(args, "-v") == ["/models/m:/model:ro", "/models/eagle3-head:/draft:ro"]
+    assert '"model":"/draft"' in args[-1]
+
+
+def test_run_args_refuse_a_speculative_launch_without_its_draft_model() -> None:
+    with pytest.raises(LaunchError, match=r"speculative=eagle3 reads a draft model at /draft; set model\.draft_path"):
+        _speculative_args(None)
+    # No speculative knob, no draft mount.
+    assert not any(v.endswith(":/draft:ro") for v in _values(_vllm_args(), "-v"))
+
+
 def test_run_args_pass_backend_env() -> None:
     env = _values(_vllm_args(), "-e")
     assert "VLLM_CPU_KVCACHE_SPACE=4" in env

@@ -94,3 +94,24 @@ def test_rerunning_a_plan_replaces_its_run_folder(builder: PlanBuilder, tmp_path
     assert first["requests"]["ok"] == second["requests"]["ok"] == 6
     assert second["requests"]["warmup"] == 1
     assert len((tmp_path / "c2" / "records.jsonl").read_text().splitlines()) == 7
+
+
+def test_measure_start_hook_runs_after_warm_up_and_before_the_measured_part(builder: PlanBuilder) -> None:
+    plan = builder.build(
+        ConcurrencySweep(levels=[3], requests_per_level=6, warmup_requests=3, input_len=8, output_len=3)
+    )[0]
+    events: list[str] = []
+
+    async def main(url: str) -> list[RequestRecord]:
+        async with StreamingClient(ClientSettings(base_url=url, model=MODEL)) as client:
+            return await run_plan(
+                client,
+                plan,
+                lambda r: events.append("warmup" if r.warmup else "measured"),
+                show_progress=False,
+                on_measure_start=lambda: events.append("start"),
+            )
+
+    with serve_reference(ttft_ms=5, itl_ms=2) as url:
+        asyncio.run(main(url))
+    assert events == ["warmup"] * 3 + ["start"] + ["measured"] * 6

@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 import pytest
 
-from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
-from bakeoff.errors import SpecError
-from bakeoff.launch import free_port
+from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient, request_body
+from bakeoff.errors import LaunchError, SpecError
+from bakeoff.launch import free_port, probe, wait_ready
 from bakeoff.loadgen import closed_loop
 from bakeoff.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
 from bakeoff.records import RequestRecord
@@ -288,6 +288,39 @@ def test_header_override_and_a_non_streaming_answer(ref_url: str) -> None:
     assert answer["usage"]["prompt_tokens"] == 3 and answer["usage"]["completion_tokens"] == 5
 
 
+# --- exact output lengths ----------------------------------------------------------------
+# eos_after makes the reference server stop early, as a model's extra EOS id does on a real
+# server, unless the request's min_tokens asks for more.
+
+
+def test_request_body_carries_min_tokens_equal_to_max_tokens() -> None:
+    item = planned(1, max_tokens=48)[0]
+    with_min = orjson.loads(request_body(item, settings("http://x", min_tokens=True)))
+    assert with_min["min_tokens"] == with_min["max_tokens"] == 48
+    assert "min_tokens" not in orjson.loads(request_body(item, settings("http://x")))
+
+
+def test_early_stop_shows_as_a_short_completion(ref_url: str) -> None:
+    record = one(settings(ref_url, {"eos_after": 4}), max_tokens=16)
+    assert record.ok and record.max_tokens == 16 and record.completion_tokens == 4
+    assert record.short
+
+
+def test_min_tokens_gets_the_planned_length(ref_url: str) -> None:
+    record = one(settings(ref_url, {"eos_after": 4}, min_tokens=True), max_tokens=16)
+    assert record.ok and record.completion_tokens == 16 and not record.short
+
+
+def test_a_short_run_is_flagged_and_planned_lengths_are_stored(ref_url: str, tmp_path: Path) -> None:
+    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(6, max_tokens=12))
+    summary = execute_plan(plan, RunTarget(settings(ref_url, {"eos_after": 5}), show_progress=False), tmp_path)
+    short = summary["short_completions"]
+    assert (short["count"], short["share"], short["tokens_missing"]) == (6, 1.0, 42)
+    assert "6 of 6 requests ended before their planned max_tokens" in short["warning"]
+    assert [r.max_tokens for r in read_records(tmp_path / RECORDS_PARQUET)] == [12] * 6
+    assert read_json(tmp_path / RUN_INFO)["client"]["min_tokens"] is False
+
+
 # --- the client on its own ----------------------------------------------------------------
 
 
@@ -335,8 +368,15 @@ def test_invalid_base_url_is_a_spec_error() -> None:
 # --- the command line ---------------------------------------------------------------------
 
 
-def bench(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BAKEOFF), "bench", *args], capture_output=True, text=True, timeout=timeout, check=False)
+def bench(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BAKEOFF), "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def bench_args(url: str, out: Path, **overrides: str) -> list[str]:
@@ -373,3 +413,80 @@ def test_cli_rejects_non_positive_values_naming_the_flag(tmp_path: Path, flag: s
     result = bench(*bench_args("http://127.0.0.1:9", tmp_path / "run", **{flag: value}))
     assert result.returncode == 2
     assert f"--{flag.replace('_', '-')}" in result.stderr and "at least 1" in result.stderr
+
+
+def test_cli_bench_sends_headers_and_min_tokens(ref_url: str, tmp_path: Path) -> None:
+    # The header reaches the server: its per-request options make it stop after 3 tokens.
+    early = ["--header", 'x-bakeoff-ref: {"eos_after": 3}']
+    exact = bench(*bench_args(ref_url, tmp_path / "exact"), *early)
+    assert exact.returncode == 0, exact.stderr
+    assert read_json(tmp_path / "exact" / SUMMARY)["short_completions"]["count"] == 0
+    short = bench(*bench_args(ref_url, tmp_path / "short"), *early, "--no-min-tokens")
+    assert short.returncode == 0, short.stderr
+    assert read_json(tmp_path / "short" / SUMMARY)["short_completions"]["count"] == 4
+    assert "warning: 4 of 4 requests ended before their planned max_tokens" in short.stderr
+
+
+@pytest.mark.parametrize("header", ["no-colon", "Content-Length: 3", "Bad Name: x"])
+def test_cli_refuses_a_bad_header_before_sending(header: str, tmp_path: Path) -> None:
+    result = bench(*bench_args("http://127.0.0.1:9", tmp_path / "run"), "--header", header)
+    assert result.returncode == 2 and "--header" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- a server behind an API key -------------------------------------------------------------
+
+KEY_ENV = "BAKEOFF_TEST_SERVER_KEY"
+KEY = "sk-test-7f3a9c1e5b2d4086"
+
+
+@pytest.fixture(scope="module")
+def keyed_url() -> Iterator[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, KEY)
+        with serve_reference(ttft_ms=5.0, itl_ms=1.0, api_key_env=KEY_ENV) as url:
+            yield url
+
+
+def test_keyed_server_refuses_requests_without_the_key(keyed_url: str) -> None:
+    record = one(settings(keyed_url))
+    assert record.error_kind == "http" and record.http_status == 401
+    record = one(settings(keyed_url, headers={"Authorization": f"Bearer {KEY}"}))
+    assert record.ok and record.completion_tokens == 16
+
+
+def test_health_probe_sends_the_key_and_a_refusal_fails_fast(keyed_url: str, tmp_path: Path) -> None:
+    health = keyed_url + "/health"
+    assert probe(health) == 401
+    assert probe(health, headers={"Authorization": f"Bearer {KEY}"}) == 200
+    common: dict[str, Any] = {"interval_s": 0.05, "still_running": None, "log_path": tmp_path / "log", "what": "s"}
+    wait_ready(health, timeout_s=5.0, headers={"Authorization": f"Bearer {KEY}"}, **common)
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match="API key"):
+        wait_ready(health, timeout_s=60.0, **common)
+    assert time.monotonic() - started < 5.0  # no waiting out the start-up timeout
+
+
+def test_cli_bench_with_the_key_from_the_environment_never_writes_it(keyed_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = bench(*bench_args(keyed_url, out), "--api-key-env", "MY_SERVING_KEY", env={"MY_SERVING_KEY": KEY})
+    assert result.returncode == 0, result.stderr
+    assert read_json(out / SUMMARY)["requests"]["ok"] == 4
+    assert read_json(out / RUN_INFO)["client"]["header_names"] == ["Authorization"]
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert written and all(KEY.encode() not in p.read_bytes() for p in written)
+    assert KEY not in result.stdout + result.stderr
+
+
+def test_cli_bench_without_the_key_says_so(keyed_url: str, tmp_path: Path) -> None:
+    result = bench(*bench_args(keyed_url, tmp_path / "run"))
+    assert result.returncode == 2
+    assert "HTTP 401" in result.stderr and "--api-key-env" in result.stderr
+
+
+def test_cli_bench_with_an_unset_key_variable_fails_before_any_request(tmp_path: Path) -> None:
+    # Nothing listens at this URL: the error must come from the variable check, first.
+    url = f"http://127.0.0.1:{free_port()}"
+    result = bench(*bench_args(url, tmp_path / "run"), "--api-key-env", "NO_SUCH_KEY_VAR_X", env={})
+    assert result.returncode == 2
+    assert "--api-key-env" in result.stderr and "NO_SUCH_KEY_VAR_X" in result.stderr
+    assert "cannot reach" not in result.stderr and not (tmp_path / "run").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bakeoff.metrics import (
@@ -235,3 +237,44 @@ def test_cost_per_million_tokens() -> None:
     assert cost_per_million_tokens(3.6, 1000.0) == pytest.approx(1.0)
     assert cost_per_million_tokens(None, 1000.0) is None
     assert cost_per_million_tokens(3.6, 0.0) is None
+
+
+# --- short completions ------------------------------------------------------------------
+
+
+def planned_rec(planned: int, got: int, **kwargs: Any) -> RequestRecord:
+    r = rec(tokens=got, **kwargs)
+    r.max_tokens = planned
+    return r
+
+
+def test_exact_completions_carry_no_warning() -> None:
+    block = summarize([planned_rec(4, 4), planned_rec(4, 4)])["short_completions"]
+    assert block == {
+        "checked": 2,
+        "count": 0,
+        "share": 0.0,
+        "tokens_missing": 0,
+        "tokens_planned": 8,
+        "warning": None,
+    }
+
+
+def test_short_completions_are_counted_and_flagged() -> None:
+    records = [planned_rec(16, 16), planned_rec(16, 3), planned_rec(16, 0), planned_rec(16, 16)]
+    block = summarize(records)["short_completions"]
+    assert (block["checked"], block["count"], block["share"]) == (4, 2, 0.5)
+    assert (block["tokens_missing"], block["tokens_planned"]) == (29, 64)
+    assert "2 of 4 requests ended before their planned max_tokens" in block["warning"]
+    assert "min_tokens" in block["warning"]
+
+
+def test_short_completion_checks_skip_warmup_failures_and_unplanned_records() -> None:
+    records = [
+        planned_rec(16, 2, warmup=True),  # warm-up: not part of the run
+        planned_rec(16, 2, error="stall"),  # failed: counted among failures instead
+        planned_rec(0, 2),  # no plan recorded (a run from before max_tokens was kept)
+        planned_rec(16, 15, usage_source="tokenizer"),  # re-tokenized text may be off by a token
+    ]
+    block = summarize(records)["short_completions"]
+    assert block["checked"] == 0 and block["count"] == 0 and block["warning"] is None

@@ -107,3 +107,66 @@ def test_gpu_backend_needs_gpu_flag(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", sorted((REPO / "campaigns").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_campaigns_validate(path: Path) -> None:
     assert validate_campaign(path)
+
+
+# --- real models, real users ---------------------------------------------------------------
+
+
+def test_model_can_be_a_hugging_face_id(tmp_path: Path) -> None:
+    spec = load_campaign(write(tmp_path, with_(model={"hf_id": "meta-llama/Llama-3.1-8B-Instruct"})))
+    assert spec.model.hf_id == "meta-llama/Llama-3.1-8B-Instruct" and spec.model.path is None
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"hf_id": "org/name/extra"}, "model.hf_id: .*not a Hugging Face model id"),
+        ({"hf_id": "org/a..b"}, "model.hf_id: .*not a Hugging Face model id"),
+        ({"hf_id": "org/name", "preset": "tiny"}, "exactly one of 'preset'.*'hf_id'"),
+        ({}, "exactly one of 'preset'.*'hf_id'"),
+    ],
+)
+def test_bad_model_source_names_the_field(tmp_path: Path, model: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_campaign(write(tmp_path, with_(model=model)))
+
+
+def test_server_with_a_key_variable_headers_and_a_url(tmp_path: Path) -> None:
+    server = {
+        "backend": "vllm",
+        "url": "https://gateway.internal:8443/team-a",
+        "api_key_env": "TEAM_A_KEY",
+        "headers": {"X-Route": "canary"},
+    }
+    spec = load_campaign(write(tmp_path, with_(servers=[server])))
+    assert spec.servers[0].api_key_env == "TEAM_A_KEY" and spec.servers[0].headers == {"X-Route": "canary"}
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ({"url": "gateway:8000"}, r"servers.0.url: .*http\(s\)://host"),
+        ({"api_key_env": "sk-live-0a1b"}, "servers.0.api_key_env: .*never the key itself"),
+        ({"headers": {"Content-Length": "1"}}, "servers.0.headers: .*set by bakeoff itself"),
+        ({"headers": {"X-A": "1\r\nX-B: 2"}}, "servers.0.headers: .*line break"),
+        ({"api_key_env": "K", "headers": {"Authorization": "Bearer x"}}, "servers.0: .*keep one of them"),
+    ],
+)
+def test_bad_server_auth_settings_name_the_field(tmp_path: Path, server: dict[str, object], message: str) -> None:
+    data = with_(servers=[{"backend": "vllm-cpu", **server}])
+    with pytest.raises(SpecError, match=message) as err:
+        load_campaign(write(tmp_path, data))
+    assert "sk-live-0a1b" not in str(err.value)  # a key pasted in by mistake is not echoed
+
+
+def test_min_tokens_matches_what_each_server_accepts() -> None:
+    # Read from each framework's request models: vLLM, SGLang and TensorRT-LLM accept
+    # min_tokens; llama-server has none, and its ignore_eos already covers every EOG id.
+    expected = {"vllm": True, "vllm-cpu": True, "vllm-cpu-container": True, "sglang": True, "trtllm": True}
+    expected |= {"trtllm-engine": True, "llamacpp": False}
+    assert {name: load_backend(name).request.min_tokens for name in expected} == expected
+
+
+def test_min_tokens_in_extra_body_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"use request\.min_tokens"):
+        RequestQuirks(extra_body={"min_tokens": 8})

@@ -1,11 +1,20 @@
-"""Server counters: Prometheus parsing, logical names, run deltas and hit rates."""
+"""Server counters and cache control: parsing, run deltas, hit rates, resets, idle waits, headers."""
 
 from __future__ import annotations
 
 import pytest
 
-from bakeoff.backends import load_backend
-from bakeoff.telemetry import logical, parse_prometheus, prefix_cache_from_counters
+from bakeoff.backends import BACKENDS_DIR, load_backend
+from bakeoff.telemetry import (
+    has_prefix_cache_counters,
+    logical,
+    parse_prometheus,
+    prefix_cache_from_counters,
+    reset_prefix_cache,
+    scrape,
+    wait_idle,
+)
+from fake_sglang import FakeState, serve_fake
 
 TEXT = """# HELP vllm:prefix_cache_hits Prefix cache hits, in tokens.
 # TYPE vllm:prefix_cache_hits counter
@@ -52,3 +61,98 @@ def test_llamacpp_queries_are_uncached_plus_cached_prompt_tokens() -> None:
     after = {"llamacpp:prompt_tokens_total": 150.0, "llamacpp:prompt_tokens_cached_total": 450.0}
     block = prefix_cache_from_counters(before, after, backend)
     assert block["server_queries"] == 500 and block["server_hit_rate"] == pytest.approx(0.9)
+
+
+# --- run-level hit rates come from counters, never from a gauge -------------------------
+
+
+def test_sglang_hit_rate_is_counters_differenced_not_the_last_batch_gauge() -> None:
+    backend = load_backend("sglang")
+    before = {"sglang:cached_tokens_total": 100.0, "sglang:prompt_tokens_total": 1000.0, "sglang:cache_hit_rate": 0.9}
+    after = {"sglang:cached_tokens_total": 400.0, "sglang:prompt_tokens_total": 2000.0, "sglang:cache_hit_rate": 0.95}
+    block = prefix_cache_from_counters(before, after, backend)
+    assert block["server_hit_rate"] == pytest.approx(0.3)
+    assert (block["server_hits"], block["server_queries"], block["server_hit_unit"]) == (300, 1000, "tokens")
+    gauge_only = {"sglang:cache_hit_rate": 0.9}
+    assert prefix_cache_from_counters(gauge_only, gauge_only, backend)["server_hit_rate"] is None
+
+
+@pytest.mark.parametrize("name", ["trtllm", "trtllm-engine"])
+def test_trtllm_hit_rate_is_reused_over_reused_plus_missed_blocks(name: str) -> None:
+    backend = load_backend(name)
+    before = {
+        "trtllm_kv_cache_reused_blocks_total": 10.0,
+        "trtllm_kv_cache_missed_blocks_total": 90.0,
+        "trtllm_kv_cache_hit_rate": 1.0,
+    }
+    after = {
+        "trtllm_kv_cache_reused_blocks_total": 40.0,
+        "trtllm_kv_cache_missed_blocks_total": 100.0,
+        "trtllm_kv_cache_hit_rate": 1.0,
+    }
+    block = prefix_cache_from_counters(before, after, backend)
+    assert block["server_hit_rate"] == pytest.approx(30 / 40)
+    assert block["server_hit_unit"] == "blocks"
+    assert prefix_cache_from_counters({}, {"trtllm_kv_cache_hit_rate": 1.0}, backend)["server_hit_rate"] is None
+
+
+def test_every_backend_that_names_a_hit_rate_gauge_also_has_counters() -> None:
+    for path in sorted(BACKENDS_DIR.glob("*.yaml")):
+        backend = load_backend(path.stem)
+        if "cache_hit_rate" in backend.metrics.names:
+            assert has_prefix_cache_counters(backend), path.name
+
+
+# --- cache resets are checked, retried once idle, and reported ---------------------------
+
+
+def test_vllm_200_with_success_false_is_a_failed_reset_retried_once_idle() -> None:
+    state = FakeState(reset_style="vllm", refuse_resets=1, running_polls=3)
+    with serve_fake(state) as url:
+        outcome = reset_prefix_cache(url, load_backend("vllm"), headers={"Authorization": "Bearer k"})
+    assert outcome.ok is True and outcome.attempts == 2 and state.reset_calls == 2
+    assert "success" in outcome.detail and "once idle" in outcome.detail
+    assert state.running_polls == 0  # it waited until the server said nothing runs
+    assert all(h.get("Authorization") == "Bearer k" for h in state.seen_headers)
+    assert "Bearer k" not in outcome.detail
+
+
+def test_a_reset_refused_twice_is_reported_as_failed() -> None:
+    state = FakeState(refuse_resets=5)
+    with serve_fake(state) as url:
+        outcome = reset_prefix_cache(url, load_backend("sglang"))
+    assert outcome.ok is False and outcome.attempts == 2 and state.reset_calls == 2
+    assert "HTTP 400" in outcome.detail
+
+
+def test_a_missing_reset_endpoint_is_not_retried() -> None:
+    backend = load_backend("vllm").model_copy(deep=True)
+    backend.cache_reset.path = "/no_such_endpoint"
+    state = FakeState()
+    with serve_fake(state) as url:
+        outcome = reset_prefix_cache(url, backend)
+    assert outcome.ok is False and outcome.attempts == 1 and "HTTP 404" in outcome.detail
+
+
+def test_restart_backends_have_no_endpoint_to_call() -> None:
+    outcome = reset_prefix_cache("http://127.0.0.1:9", load_backend("trtllm"))
+    assert (outcome.kind, outcome.ok, outcome.attempts) == ("restart", None, 0)
+
+
+def test_wait_idle_is_bounded_and_says_when_it_cannot_tell() -> None:
+    state = FakeState(running_polls=10_000)
+    with serve_fake(state) as url:
+        assert wait_idle(url, load_backend("sglang"), timeout_s=0.3, interval_s=0.05) is False
+        state.running_polls = 0
+        assert wait_idle(url, load_backend("sglang"), timeout_s=0.3) is True
+        no_gauge = load_backend("sglang").model_copy(deep=True)
+        no_gauge.metrics.names.pop("running")
+        assert wait_idle(url, no_gauge, timeout_s=0.3) is None
+
+
+def test_scrape_sends_headers() -> None:
+    state = FakeState()
+    with serve_fake(state) as url:
+        snap = scrape(url, load_backend("sglang"), headers={"Authorization": "Bearer k"})
+    assert "sglang:prompt_tokens_total" in snap
+    assert state.seen_headers[-1]["Authorization"] == "Bearer k"

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff.client import ClientSettings, request_body
+from bakeoff.client import ClientSettings, PlannedRequest, request_body
+from bakeoff.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop
 from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, plans_match, save_plans
@@ -104,3 +105,51 @@ def test_saved_plans_are_only_reused_for_the_same_workload(builder: PlanBuilder,
     changed = ConcurrencySweep(levels=[1], input_len=9, output_len=4)
     assert not plans_match(tmp_path, changed.model_dump(mode="json"))
     assert not plans_match(tmp_path / "missing", wl.model_dump(mode="json"))
+
+
+@pytest.fixture(scope="module", params=["legacy", "metaspace"])
+def sentencepiece_builder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> PlanBuilder:
+    """A Llama-2-style tokenizer: the published files' dummy-prefix layout, or the Metaspace one."""
+    folder = tmp_path_factory.mktemp(f"sp-{request.param}")
+    train_sentencepiece_style_tokenizer(folder, 1, legacy=request.param == "legacy")
+    return PlanBuilder(PromptFactory(load_tokenizer(folder)))
+
+
+def test_sentencepiece_plans_have_exact_prompt_lengths(sentencepiece_builder: PlanBuilder) -> None:
+    def bodies(reqs: list[PlannedRequest]) -> list[str]:
+        return [r.messages[0]["content"] if r.messages else r.prompt or "" for r in reqs]
+
+    count = sentencepiece_builder.prompts.tokenizer.counts
+    sweep = ConcurrencySweep(
+        levels=[1, 4], requests_per_level=25, input_len={"dist": "uniform", "min": 1, "max": 900}, output_len=8
+    )
+    normal = {"dist": "normal", "mean": 200, "std": 80}
+    chat = OpenLoop(rates=[2.0], requests_per_rate=20, input_len=normal, output_len=4, endpoint="chat")
+    mix = LongPromptMix(short_rate=4.0, short_requests=8, long_every=4, long_input_len=3000, short_input_len=16)
+    plans = [*sentencepiece_builder.build(sweep), *sentencepiece_builder.build(chat), *sentencepiece_builder.build(mix)]
+    assert [p.requests[0].endpoint for p in plans] == ["completions", "completions", "chat", "completions"]
+    for plan in plans:
+        reqs = plan.warmup + plan.requests
+        assert count(bodies(reqs)) == [r.prompt_tokens for r in reqs]
+
+
+def test_sentencepiece_sessions_count_exactly_through_the_chat_template(sentencepiece_builder: PlanBuilder) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    tokenizer = sentencepiece_builder.prompts.tokenizer
+    plan = sentencepiece_builder.build(
+        MultiTurn(conversations=3, turns=2, system_prompt_len=120, user_len=33, output_len=5)
+    )[0]
+    template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(SP_CHAT_TEMPLATE)
+
+    def server_count(system: str, user: str) -> int:
+        # As vLLM counts a chat prompt: the rendered template (BOS inside it), no further specials.
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return tokenizer.count(template.render(messages=messages, bos_token="<s>", eos_token="</s>"))
+
+    one = sentencepiece_builder.prompts.lead_words[0].strip()  # one token, however it is placed
+    scaffold = server_count(one, one) - 2
+    for session in plan.sessions:
+        assert tokenizer.count(session.system_prompt) == plan.system_prompt_tokens
+        assert [tokenizer.count(t) for t in session.user_turns] == [33, 33]
+        assert server_count(session.system_prompt, session.user_turns[0]) == scaffold + 120 + 33

@@ -2,7 +2,8 @@
 
 Renders what would run without running it: the container command (or local command),
 the TensorRT-LLM options file and engine-build steps, which knobs differ from the
-backend's defaults and what changing each costs (nothing, a restart, a rebuild).
+backend's defaults and what changing each costs (nothing, a restart, a rebuild), and the
+framework's own warnings about the values chosen.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from bakeoff.backends import (
 from bakeoff.containers import container_run_args, find_runtime, render_container_launch, runtime_command
 from bakeoff.engine_build import default_cache_dir, engine_cache_key, read_record
 from bakeoff.errors import RuntimeMissingError, SpecError
+from bakeoff.knobs import draft_model_knob
+
+# Shown in place of model.draft_path when a speculative knob needs a draft model.
+DRAFT_PLACEHOLDER_DIR = Path("/path/to/draft-model")
 
 
 def _default_text(value: KnobValue | None) -> str:
@@ -80,6 +85,8 @@ def describe_launch(name: str, knobs: dict[str, KnobValue], *, model: str = "/mo
     ]
     if notes:
         lines += ["", "notes:", *(f"  - {note}" for note in notes)]
+    if launch.warnings:
+        lines += ["", "warnings:", *(f"  - {warning}" for warning in launch.warnings)]
     return "\n".join(lines) + "\n"
 
 
@@ -103,6 +110,7 @@ def _container_command(
     except RuntimeMissingError:
         runtime = "docker"  # show the common form when no runtime is installed here
     config = Path.cwd() / backend.config_file.filename if backend.config_file else None
+    draft = DRAFT_PLACEHOLDER_DIR if draft_model_knob(backend, launch.knobs) else None
     args = container_run_args(
         launch,
         runtime=runtime,
@@ -110,5 +118,6 @@ def _container_command(
         model_dir=Path(model),
         name=f"bakeoff-{backend.name}-{port}",
         config_path=config,
+        draft_dir=draft,
     )
     return launch, shlex.join([*runtime_command(runtime), *args])

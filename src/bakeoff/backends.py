@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import shlex
 import string
 from dataclasses import dataclass, field
@@ -27,7 +26,41 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bakeoff.errors import KnobError, SpecError
+from bakeoff.knobs import (
+    PLACEHOLDER,
+    check_fills,
+    check_knob,
+    fill,
+    fill_values,
+    launch_warnings,
+    parse_knob_args,
+    value_key,
+)
 from bakeoff.specs import format_validation_error
+
+# check_knob and parse_knob_args live in bakeoff.knobs; callers import them from here too.
+__all__ = [
+    "BACKENDS_DIR",
+    "DRAFT_MOUNT",
+    "KNOB_VOCABULARY",
+    "BackendSpec",
+    "CacheResetSpec",
+    "ContainerSpec",
+    "KnobSpec",
+    "KnobValue",
+    "MetricsSpec",
+    "RenderedLaunch",
+    "RequestQuirks",
+    "baked_knobs",
+    "change_cost",
+    "check_knob",
+    "flag_text",
+    "list_backends",
+    "load_backend",
+    "parse_knob_args",
+    "render_engine_build",
+    "render_launch",
+]
 
 # The shared vocabulary: every backend maps a subset of these, never anything else.
 KNOB_VOCABULARY: dict[str, str] = {
@@ -43,6 +76,8 @@ KNOB_VOCABULARY: dict[str, str] = {
     "tensor_parallel_size": "GPUs one model is sharded across",
     "kv_cache_space_gib": "CPU KV cache size in GiB (CPU backends)",
     "threads": "CPU threads used for compute (CPU backends)",
+    "num_speculative_tokens": "tokens proposed per speculative step (with speculative set)",
+    "dtype": "weight and activation precision (auto = the checkpoint's)",
 }
 
 BACKENDS_DIR = Path(__file__).resolve().parents[2] / "backends"
@@ -53,8 +88,6 @@ DRAFT_MOUNT = "/draft"
 
 KnobValue = bool | int | float | str
 ChangeCost = Literal["nothing", "restart", "rebuild"]
-
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
 class _Strict(BaseModel):
@@ -84,17 +117,29 @@ class KnobSpec(_Strict):
     maximum: float | None = None
     change_needs: ChangeCost = "restart"
     always_set: bool = Field(default=False, description="render even when left at default")
+    fills: str | None = Field(
+        default=None, description="renders nothing itself: its value fills {this knob} in that knob's value"
+    )
+    refused_values: dict[str, str] = Field(
+        default_factory=dict, description="value -> why this framework version cannot take it"
+    )
+    value_warnings: dict[str, str] = Field(
+        default_factory=dict, description="value -> the framework's warning, carried into the report"
+    )
     note: str = ""
 
     @model_validator(mode="after")
     def _one_target(self) -> KnobSpec:
         targets = [self.flag, self.env, self.config_key, self.true_flag or self.false_flag]
         count = sum(t is not None for t in targets)
-        if count > 1 or (count == 0 and self.build_step is None):
+        if count > 1 or (count == 0 and self.build_step is None and self.fills is None):
             raise ValueError(
                 "a knob needs exactly one of flag, true_flag/false_flag, env, config_key "
-                "(or only build_step for a knob that exists in the engine build alone)"
+                "(or only build_step for a knob that exists in the engine build alone, "
+                "or only fills for a knob that is a parameter of another)"
             )
+        if self.fills is not None and count:
+            raise ValueError("a knob with fills renders through the knob it fills; drop its own target")
         if (self.true_flag or self.false_flag) and self.type != "bool":
             raise ValueError("true_flag/false_flag only fit type: bool")
         if self.build_flag is not None and self.build_step is None:
@@ -140,6 +185,14 @@ class RequestQuirks(_Strict):
     rejects_unknown_fields: bool = False
     usage_in_stream: Literal["separate_chunk", "finish_chunk", "absent"] = "separate_chunk"
     reports_cached_tokens: bool = False
+    # Send min_tokens = max_tokens: ignore_eos alone misses the extra EOS ids of some models.
+    min_tokens: bool = False
+
+    @model_validator(mode="after")
+    def _min_tokens_in_body(self) -> RequestQuirks:
+        if "min_tokens" in self.extra_body:
+            raise ValueError("request.extra_body.min_tokens: use request.min_tokens: true (sent per request)")
+        return self
 
 
 class ContainerSpec(_Strict):
@@ -151,6 +204,10 @@ class ContainerSpec(_Strict):
     container_port: int = 8000
     model_mount: str = "/model"
     build: str | None = Field(default=None, description="docker/ folder that builds the image")
+    cuda_major: int | None = Field(default=None, description="CUDA major the image is built for (GPU images)")
+    cuda_images: dict[int, str] = Field(
+        default_factory=dict, description="the same release built for other CUDA majors: major -> image"
+    )
 
 
 class ConfigFileSpec(_Strict):
@@ -179,6 +236,9 @@ class BackendSpec(_Strict):
     accelerator: Literal["cpu", "gpu"] = "cpu"
     version: str = ""
     model_format: Literal["hf", "gguf"] = Field(default="hf", description="gguf: converted first")
+    rehearsal_profile: Literal["vllm", "sglang", "trtllm"] | None = Field(
+        default=None, description="reference-server profile that stands in for this backend in a rehearsal"
+    )
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     container: ContainerSpec | None = None
@@ -205,6 +265,9 @@ class BackendSpec(_Strict):
             raise ValueError("runtime: container needs a 'container' section")
         if any(k.config_key for k in self.knobs.values()) and self.config_file is None:
             raise ValueError("knobs with config_key need a 'config_file' section")
+        for name, knob in self.knobs.items():
+            if knob.fills is not None and knob.fills not in self.knobs:
+                raise ValueError(f"knob {name!r} fills {knob.fills!r}, which this backend does not map")
         self._check_engine_knobs()
         return self
 
@@ -237,6 +300,9 @@ class RenderedLaunch:
     config_text: str | None
     knobs: dict[str, KnobValue]
     non_default: dict[str, KnobValue] = field(default_factory=dict)
+    # The framework's own warnings about values in use (e.g. vLLM on chunked prefill off):
+    # `backends show` prints them and the report carries them beside the effort table.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def command_line(self) -> str:
@@ -262,64 +328,6 @@ def list_backends(directory: Path = BACKENDS_DIR) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-def check_knob(backend: BackendSpec, name: str, value: KnobValue) -> KnobValue:
-    """Validate one knob value for a backend and return it coerced to the knob's type."""
-    where = f"backend {backend.name!r}, knob {name!r}"
-    if name not in KNOB_VOCABULARY:
-        raise KnobError(f"{where}: not a bakeoff knob; known knobs: {', '.join(KNOB_VOCABULARY)}")
-    spec = backend.knobs.get(name)
-    if spec is None:
-        have = ", ".join(sorted(backend.knobs)) or "none"
-        reason = backend.unsupported.get(name)
-        why = f": {reason}" if reason else ""
-        raise KnobError(f"{where}: {backend.name} has no such knob{why}; it supports: {have}")
-    coerced = _coerce(spec, value, where)
-    if spec.choices is not None and coerced not in spec.choices:
-        allowed = ", ".join(map(str, spec.choices))
-        raise KnobError(f"{where}: value {value!r} not accepted; choose one of: {allowed}")
-    if isinstance(coerced, int | float) and not isinstance(coerced, bool):
-        if spec.minimum is not None and coerced < spec.minimum:
-            raise KnobError(f"{where}: {value!r} is below the minimum {spec.minimum}")
-        if spec.maximum is not None and coerced > spec.maximum:
-            raise KnobError(f"{where}: {value!r} is above the maximum {spec.maximum}")
-    return coerced
-
-
-def _coerce(spec: KnobSpec, value: KnobValue, where: str) -> KnobValue:
-    if spec.type == "bool":
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text in ("true", "on", "1", "yes"):
-            return True
-        if text in ("false", "off", "0", "no"):
-            return False
-        raise KnobError(f"{where}: expected true/false, got {value!r}")
-    try:
-        if spec.type == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if spec.type == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-    except (TypeError, ValueError):
-        raise KnobError(f"{where}: expected a {spec.type}, got {value!r}") from None
-    return str(value)
-
-
-def parse_knob_args(pairs: list[str]) -> dict[str, KnobValue]:
-    """Turn CLI ``k=v`` pairs into a dict; types are settled later by :func:`check_knob`."""
-    knobs: dict[str, KnobValue] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--knob {pair!r}: write it as name=value, e.g. max_num_seqs=64")
-        knobs[key.strip()] = value.strip()
-    return knobs
-
-
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node = tree
     *parents, leaf = dotted.split(".")
@@ -328,27 +336,16 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _fill(value: Any, subs: dict[str, str]) -> Any:
-    """Replace known ``{name}`` placeholders in strings, deep; other braces (JSON) stay."""
-    if isinstance(value, str):
-        return _PLACEHOLDER.sub(lambda m: subs.get(m.group(1), m.group(0)), value)
-    if isinstance(value, list):
-        return [_fill(v, subs) for v in value]
-    if isinstance(value, dict):
-        return {k: _fill(v, subs) for k, v in value.items()}
-    return value
-
-
-def _fill_template(part: str, subs: dict[str, str], backend: BackendSpec) -> str:
+def _fill_template(part: str, subs: dict[str, KnobValue], backend: BackendSpec) -> str:
     """Fill a command-template word; a placeholder nobody provides is a spec error."""
-    for name in _PLACEHOLDER.findall(part):
+    for name, _ in PLACEHOLDER.findall(part):
         if name not in subs:
             raise SpecError(f"backend {backend.name!r}: command uses unknown placeholder {{{name}}}")
-    return str(_fill(part, subs))
+    return str(fill(part, subs))
 
 
 def _native(spec: KnobSpec, value: KnobValue) -> Any:
-    key = str(value).lower() if isinstance(value, bool) else str(value)
+    key = value_key(value)
     return copy.deepcopy(spec.value_map[key]) if key in spec.value_map else value
 
 
@@ -397,7 +394,8 @@ def render_launch(
 ) -> RenderedLaunch:
     """Resolve the backend's command template and knob map into argv, env and config text."""
     checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
-    subs = {
+    subs: dict[str, KnobValue] = {
+        **fill_values(backend, checked),
         "model": model,
         "served_model_name": served_model_name,
         "port": str(port),
@@ -410,9 +408,11 @@ def render_launch(
     env = dict(backend.env)
     config: dict[str, Any] = copy.deepcopy(backend.config_file.base) if backend.config_file else {}
     owners: dict[str, str] = {}
-    for name, spec, value in _active_knobs(backend, checked):
-        native = _native(spec, value)
-        if native is None:
+    active = _active_knobs(backend, checked)
+    for name, spec, value in active:
+        # Filled before it becomes words or JSON, so a number placeholder stays a number.
+        native = fill(_native(spec, value), subs)
+        if native is None or spec.fills is not None:
             continue
         words: list[str] = []
         if spec.true_flag or spec.false_flag:
@@ -421,19 +421,22 @@ def render_launch(
         elif spec.flag:
             words = _value_words(spec.flag, native)
         elif spec.env:
-            env[spec.env] = str(_fill(flag_text(native), subs))
+            env[spec.env] = flag_text(native)
         elif spec.config_key:
-            _set_dotted(config, spec.config_key, _fill(native, subs))
+            _set_dotted(config, spec.config_key, native)
         if words:
             _claim(owners, words[0], name, backend)
-            argv_tail.extend(_fill(w, subs) for w in words)
+            argv_tail.extend(str(fill(w, subs)) for w in words)
     config_text = None
     if backend.config_file is not None:
         config_text = yaml.safe_dump(config, sort_keys=True)
         argv_tail.extend([backend.config_file.flag, backend.config_file.filename])
     argv = [_fill_template(part, subs, backend) for part in backend.command] + argv_tail
+    rendered = {name for name, spec, value in active if _native(spec, value) is not None}
+    check_fills(backend, checked, rendered)
     non_default = {k: v for k, v in checked.items() if v != backend.knobs[k].default}
-    return RenderedLaunch(backend, argv, env, config_text, checked, non_default)
+    warnings = launch_warnings(backend, {name: value for name, _, value in active})
+    return RenderedLaunch(backend, argv, env, config_text, checked, non_default, warnings)
 
 
 def baked_knobs(backend: BackendSpec, knobs: dict[str, KnobValue]) -> dict[str, KnobValue | None]:
@@ -456,7 +459,7 @@ def render_engine_build(
     if backend.engine_build is None:
         raise SpecError(f"backend {backend.name!r} has no engine build")
     checked = {name: check_knob(backend, name, value) for name, value in knobs.items()}
-    subs = {"model": model, "checkpoint_dir": checkpoint_dir, "engine_dir": engine_dir}
+    subs: dict[str, KnobValue] = {"model": model, "checkpoint_dir": checkpoint_dir, "engine_dir": engine_dir}
     steps = [[_fill_template(w, subs, backend) for w in step] for step in backend.engine_build.steps]
     owners: dict[str, str] = {}
     for name, spec, value in _active_knobs(backend, checked):
@@ -465,7 +468,7 @@ def render_engine_build(
         native = _native(spec, value)
         if native is None:
             continue
-        words = [str(_fill(w, subs)) for w in _value_words(spec.build_flag, native)]
+        words = [str(fill(w, subs)) for w in _value_words(spec.build_flag, native)]
         if words:
             _claim(owners, f"step {spec.build_step} {words[0]}", name, backend)
             steps[spec.build_step].extend(words)

@@ -13,22 +13,32 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakeoff.backends import BackendSpec, RenderedLaunch, load_backend, render_launch
+import yaml
+
+from bakeoff import launchers
+from bakeoff.auth import request_headers
+from bakeoff.backends import BackendSpec, KnobValue, RenderedLaunch, load_backend, render_launch
+from bakeoff.cell_server import CellServer
 from bakeoff.client import ClientSettings, TokenCounter
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.launch import ServerHandle, free_port, reap_leftovers, run_local_process
+from bakeoff.gpu_checks import KvDtype, check_draft_models, check_kv_dtypes, effective_kv_dtype
+from bakeoff.launch import ServerHandle, reap_leftovers
+from bakeoff.launchers import LaunchContext
 from bakeoff.metrics import cost_per_million_tokens
+from bakeoff.model_source import ModelSource, resolve_model
 from bakeoff.modelgen import REPO_ROOT, resolve_model_dir
 from bakeoff.prompts import PromptFactory, load_tokenizer
+from bakeoff.rehearsal import MARKER as REHEARSAL_MARKER
+from bakeoff.rehearsal import is_rehearsal, rehearsal_spec, write_marker
 from bakeoff.runner import RunTarget, execute_plan, gpu_available, salvage_runs
 from bakeoff.slo import resolve_slo, search_max_rate
 from bakeoff.specs import CampaignSpec, MultiTurn, OpenLoop, ServerConfig, Slo, Workload, load_campaign
-from bakeoff.store import SUMMARY, read_json, write_json
+from bakeoff.store import SUMMARY, atomic_write_bytes, read_json, write_json
+from bakeoff.telemetry import has_prefix_cache_counters
 from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, plans_match, save_plans
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -43,6 +53,10 @@ class Cell:
     server: ServerConfig
     backend: BackendSpec
     workload: Workload
+    rehearse: bool = False  # GPU containers replaced by reference-server stand-ins
+    # Authorization (from api_key_env) and extra headers: sent, never written anywhere.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    draft_dir: Path | None = None  # model.draft_path: mounted at /draft for speculative knobs
 
     @property
     def cell_id(self) -> str:
@@ -60,28 +74,37 @@ def _context_limit(server: ServerConfig, model_dir: Path | None, declared: int |
 
 
 def check_metric_support(where: str, wl: Workload, backend: BackendSpec) -> None:
-    if isinstance(wl, MultiTurn) and wl.verify_reuse:
-        has_counters = "prefix_cache_hits" in backend.metrics.names or "cache_hit_rate" in backend.metrics.names
-        if not (has_counters or backend.request.reports_cached_tokens):
-            raise SpecError(
-                f"{where}.verify_reuse: backend {backend.name!r} exposes no prefix-cache counters "
-                "and no cached_tokens in usage; set verify_reuse: false for it"
-            )
+    # A hit-rate gauge (last batch only) does not count: it cannot verify a run.
+    counted = has_prefix_cache_counters(backend) or backend.request.reports_cached_tokens
+    if isinstance(wl, MultiTurn) and wl.verify_reuse and not counted:
+        raise SpecError(
+            f"{where}.verify_reuse: backend {backend.name!r} exposes no prefix-cache counters "
+            "and no cached_tokens in usage; set verify_reuse: false for it"
+        )
 
 
-def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = None) -> list[Cell]:
+def expand(
+    spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = None, *, rehearse: bool = False
+) -> list[Cell]:
     """Servers x workloads, with every knob, context length and metric need checked."""
     labels = [s.label for s in spec.servers]
     unknown = sorted(set(only or []) - set(labels))
     if unknown:
         raise SpecError(f"--only {', '.join(unknown)}: no such server label; labels: {', '.join(labels)}")
     cells = []
+    launches: list[tuple[str, BackendSpec, dict[str, KnobValue]]] = []
+    kv_dtypes: list[KvDtype] = []
     for i, server in enumerate(spec.servers):
         where = f"servers[{i}]"
         backend = load_backend(server.backend)
         if backend.accelerator == "gpu" and not spec.gpu:
             raise SpecError(f"{where}.backend: {backend.name} needs a GPU; set gpu: true in the campaign")
         render_launch(backend, server.knobs, model="/model", served_model_name="m", port=8000)
+        headers = request_headers(
+            server.api_key_env, server.headers, where=f"{where}.api_key_env", where_headers=f"{where}.headers"
+        )
+        launches.append((where, backend, dict(server.knobs)))
+        kv_dtypes.append(effective_kv_dtype(server.label, dict(server.knobs), server.model_path or model_dir))
         limit = _context_limit(server, model_dir, spec.model.context_len)
         for j, wl in enumerate(spec.workloads):
             need = longest_request(wl)
@@ -93,7 +116,9 @@ def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = 
             check_metric_support(f"workloads[{j}]", wl, backend)
             if only and server.label not in only:
                 continue
-            cells.append(Cell(server, backend, wl))
+            cells.append(Cell(server, backend, wl, rehearse, headers, spec.model.draft_path))
+    check_draft_models(launches, spec.model.draft_path)
+    check_kv_dtypes(kv_dtypes)
     return cells
 
 
@@ -106,10 +131,12 @@ def validate_campaign(path: Path) -> list[Cell]:
     spec = load_campaign(path)
     model_dir: Path | None
     try:
-        model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
+        model_dir = resolve_model(spec.model).local_dir
         for i, server in enumerate(spec.servers):
             if server.model_path is not None:
                 resolve_model_dir(None, server.model_path, field=f"servers[{i}].model_path")
+        if spec.model.draft_path is not None:
+            resolve_model_dir(None, spec.model.draft_path, field="model.draft_path")
     except SpecError:
         if spec.model.path is not None and not (spec.gpu and not gpu_available()):
             raise
@@ -117,14 +144,27 @@ def validate_campaign(path: Path) -> list[Cell]:
     return expand(spec, model_dir)
 
 
-def prepare(path: Path, out_dir: Path, only: list[str] | None = None) -> tuple[CampaignSpec, list[Cell]]:
-    """Validate, copy the campaign and write every workload's plan once, for all backends."""
+def prepare(
+    path: Path, out_dir: Path, only: list[str] | None = None, *, rehearse: bool = False
+) -> tuple[CampaignSpec, list[Cell]]:
+    """Validate, copy the campaign and write every workload's plan once, for all backends.
+
+    A rehearsal copies the scaled-down campaign it actually runs, beside its marker file.
+    """
     spec = load_campaign(path)
-    model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
-    cells = expand(spec, model_dir, only)
+    if rehearse:
+        original, spec = spec, rehearsal_spec(spec)
+    source = resolve_model(spec.model)
+    cells = expand(spec, source.local_dir, only, rehearse=rehearse)
     out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, out_dir / CAMPAIGN_COPY)
-    builder = PlanBuilder(PromptFactory(load_tokenizer(model_dir)))
+    if rehearse:
+        text = yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
+        atomic_write_bytes(out_dir / CAMPAIGN_COPY, text.encode())
+        write_marker(out_dir, path, original)
+    else:
+        shutil.copyfile(path, out_dir / CAMPAIGN_COPY)
+        (out_dir / REHEARSAL_MARKER).unlink(missing_ok=True)
+    builder = PlanBuilder(PromptFactory(load_tokenizer(source.tokenizer_dir())))
     for wl in spec.workloads:
         folder = out_dir / "plans" / wl.label
         # Plans are made once and replayed on re-runs, unless the workload itself changed.
@@ -134,86 +174,64 @@ def prepare(path: Path, out_dir: Path, only: list[str] | None = None) -> tuple[C
     return spec, cells
 
 
-@contextlib.contextmanager
 def start_server(
-    cell: Cell, model_dir: Path, served_name: str, run_dir: Path
-) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
-    """Launch a cell's server as a local process or a container, whichever its spec says."""
-    model_dir = cell.server.model_path or model_dir
-    port = free_port()
-    backend = cell.backend
-    if backend.runtime == "container":
-        from bakeoff.containers import render_container_launch, run_container
-
-        assert backend.container is not None
-        if "${" in backend.container.image:
-            raise LaunchError(
-                f"{backend.name}: image {backend.container.image} names an unset variable; "
-                "export it (e.g. NGC_REGISTRY=<NVIDIA's container registry host>) and retry"
-            )
-        engine_s = None
-        if backend.engine_build is not None:
-            from bakeoff.engine_build import build_engine
-
-            # The engine flow serves a prebuilt engine: build (or reuse) it first, timed.
-            engine = build_engine(model_dir, backend, cell.server.knobs)
-            model_dir, engine_s = engine.path, engine.seconds
-        launch = render_container_launch(backend, cell.server.knobs, served_model_name=served_name)
-        with run_container(
-            launch, port=port, served_model_name=served_name, model_dir=model_dir, run_dir=run_dir
-        ) as handle:
-            handle.extra["engine_build_s"] = engine_s
-            yield handle, launch
-        return
-    model_arg = str(model_dir)
-    convert_s = None
-    if backend.model_format == "gguf":
-        from bakeoff.gguf import conversion_seconds, convert_to_gguf
-
-        gguf = convert_to_gguf(model_dir)
-        model_arg, convert_s = str(gguf), conversion_seconds(gguf)
-    launch = render_launch(
-        backend, cell.server.knobs, model=model_arg, served_model_name=served_name, port=port, python=sys.executable
-    )
-    with run_local_process(launch, port=port, served_model_name=served_name, run_dir=run_dir) as handle:
-        handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
-        yield handle, launch
+    cell: Cell, source: ModelSource, served_name: str, run_dir: Path
+) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+    """Launch a cell's server with the launcher its kind needs (:mod:`bakeoff.launchers`)."""
+    if cell.server.model_path is not None:
+        # This server's own packaging of the model (a ModelOpt export, an AWQ folder).
+        source = ModelSource(hf_id=None, local_dir=cell.server.model_path)
+    ctx = LaunchContext(cell.server, cell.backend, source, served_name, run_dir, cell.headers, cell.draft_dir)
+    return launchers.start_server(ctx, rehearse=cell.rehearse)
 
 
 def run_cell(campaign_dir: Path, server_label: str, workload_name: str) -> dict[str, Any]:
     """Launch one server, run one workload's plans, save runs and the cell's effort record."""
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
-    model_dir = resolve_model_dir(spec.model.preset, spec.model.path)
-    cells = [c for c in expand(spec, model_dir) if c.server.label == server_label and c.workload.label == workload_name]
+    source = resolve_model(spec.model)
+    everything = expand(spec, source.local_dir, rehearse=is_rehearsal(campaign_dir))
+    cells = [c for c in everything if c.server.label == server_label and c.workload.label == workload_name]
     if not cells:
         raise SpecError(f"no cell {server_label} x {workload_name} in {campaign_dir / CAMPAIGN_COPY}")
     cell = cells[0]
     cell_dir = campaign_dir / "cells" / cell.cell_id
     plans = load_plans(campaign_dir / "plans" / workload_name)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(source.tokenizer_dir())
     effort: dict[str, Any] = {"failed_start_attempts": []}
     summaries: dict[str, Any] = {}
     info: dict[str, Any] = {
-        "server": cell.server.model_dump(),
+        "server": cell.server.model_dump(mode="json"),
         "backend": cell.backend.name,
         "workload": workload_name,
         "status": "running",
     }
     write_json(cell_dir / CELL_INFO, info)
+    restarts: list[dict[str, Any]] = []
+    effort["cache_restarts"] = restarts  # restarts that emptied the prefix cache (cache_reset: restart)
+
+    def start() -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+        return start_server(cell, source, spec.model.served_name, cell_dir)
+
     try:
         for attempt in range(1, spec.start_attempts + 1):
             try:
-                with start_server(cell, model_dir, spec.model.served_name, cell_dir) as (handle, launch):
-                    effort.update(_static_effort(cell, launch, handle))
-                    _run_plans(cell, spec.slo, plans, tokenizer.count, handle, effort, info, summaries)
+                with CellServer(start, cell.backend, restarts) as server:
+                    if "server" not in effort:
+                        handle, launch = server.current()
+                        effort.update(_static_effort(cell, launch, handle))
+                    _run_plans(cell, spec.slo, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
                 break
             except LaunchError as exc:
-                # Failed starts are part of the engineering effort: record each, then retry.
+                # Failed starts (a restart's too) are part of the engineering effort: record each, then retry.
                 effort["failed_start_attempts"].append(str(exc)[:2000])
                 if attempt == spec.start_attempts:
                     raise
+        effort["cache_restart_s"] = sum(r["stop_s"] + r["start_s"] for r in restarts)
         if spec.measure_warm_restart:
-            effort["warm_restart_s"] = _time_restart(cell, model_dir, spec.model.served_name, cell_dir)
+            # A cache restart already was a warm restart: no extra one to time.
+            effort["warm_restart_s"] = (
+                restarts[0]["start_s"] if restarts else _time_restart(cell, source, spec.model.served_name, cell_dir)
+            )
         info["status"] = "ok"
     except LaunchError as exc:
         info["status"] = "failed"
@@ -231,32 +249,41 @@ def _run_plans(
     campaign_slo: Slo,
     plans: list[RunPlan],
     count_tokens: TokenCounter,
-    handle: ServerHandle,
+    server: CellServer,
+    cell_dir: Path,
     effort: dict[str, Any],
     info: dict[str, Any],
     summaries: dict[str, Any],
 ) -> None:
-    """Every plan of the cell against the ready server, then the SLO search if asked for."""
-    cell_dir = handle.log_path.parent
-    settings = ClientSettings(
-        base_url=handle.base_url,
-        model=handle.model,
-        extra_body=dict(cell.backend.request.extra_body),
-        request_timeout_s=cell.workload.request_timeout_s,
-        stall_timeout_s=cell.workload.stall_timeout_s,
-        count_tokens=count_tokens,
-    )
+    """Every plan of the cell against the ready server, then the SLO search if asked for.
+
+    Plans already in ``summaries`` ran on an earlier start of this cell and are skipped.
+    """
     slo = resolve_slo(campaign_slo)
-    server_info = {**effort["server"], "startup_s": handle.startup_s}
-    target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False)
 
     def execute(plan: RunPlan) -> dict[str, Any]:
-        result = execute_plan(plan, target, cell_dir / "runs" / plan.name)
+        cache = server.prepare(plan)  # may restart the server: take the handle after it
+        handle, _ = server.current()
+        settings = ClientSettings(
+            base_url=handle.base_url,
+            model=handle.model,
+            extra_body=dict(cell.backend.request.extra_body),
+            request_timeout_s=cell.workload.request_timeout_s,
+            stall_timeout_s=cell.workload.stall_timeout_s,
+            count_tokens=count_tokens,
+            min_tokens=cell.backend.request.min_tokens,
+            headers=cell.headers,
+        )
+        server_info = {**effort["server"], "base_url": handle.base_url, "startup_s": handle.startup_s}
+        target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False)
+        result = execute_plan(plan, target, cell_dir / "runs" / plan.name, cache_state=cache)
+        server.ran(plan)
         summaries[plan.name] = result
         return result
 
     for plan in plans:
-        execute(plan)
+        if plan.name not in summaries:
+            execute(plan)
     wl = cell.workload
     if isinstance(wl, OpenLoop) and wl.slo_search:
         tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
@@ -273,6 +300,8 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
         "non_default_knobs": launch.non_default,
         "config_lines": len(launch.config_text.splitlines()) if launch.config_text else 0,
         "knob_change_needs": knob_costs,
+        # What the framework itself warns about for these knob values (e.g. vLLM without chunked prefill).
+        "launch_warnings": list(launch.warnings),
         "server": {
             "backend": cell.backend.name,
             "label": cell.server.label,
@@ -286,11 +315,13 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
     }
 
 
-def _time_restart(cell: Cell, model_dir: Path, served_name: str, cell_dir: Path) -> float | None:
+def _time_restart(cell: Cell, source: ModelSource, served_name: str, cell_dir: Path) -> float | None:
     """Second start of the same server: caches (compiled kernels, page cache) are warm now."""
+    if cell.server.url:
+        return None  # not bakeoff's to restart
     started = time.monotonic()
     try:
-        with start_server(cell, model_dir, served_name, cell_dir / "restart"):
+        with start_server(cell, source, served_name, cell_dir / "restart"):
             return time.monotonic() - started
     except LaunchError:
         return None
@@ -311,10 +342,16 @@ def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None)
         write_json(path, summary)
 
 
-def run_campaign(path: Path, out_dir: Path | None = None, only: list[str] | None = None) -> Path:
-    """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``."""
-    out = (out_dir or REPORTS / load_campaign(path).name).resolve()
-    spec, cells = prepare(path, out, only)
+def run_campaign(
+    path: Path, out_dir: Path | None = None, only: list[str] | None = None, *, rehearse: bool = False
+) -> Path:
+    """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``.
+
+    A rehearsal goes to ``reports/NAME-rehearsal`` unless told otherwise, never beside real runs.
+    """
+    name = load_campaign(path).name + ("-rehearsal" if rehearse else "")
+    out = (out_dir or REPORTS / name).resolve()
+    spec, cells = prepare(path, out, only, rehearse=rehearse)
     failures: list[str] = []
     try:
         _run_cells(cells, out, failures)
@@ -377,8 +414,6 @@ def render_report(out: Path, failures: list[str] | None = None) -> Path:
     )
     with open(out / "compare.ipynb") as handle:
         body, _ = exporter.from_notebook_node(read(handle, as_version=4))
-    from bakeoff.store import atomic_write_bytes
-
     atomic_write_bytes(out / "report.html", body.encode())
     if failures:
         print(f"cells that failed: {', '.join(failures)} (see their bench.ipynb and server.log)", file=sys.stderr)

@@ -45,6 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--request-timeout", type=float, default=120.0)
     bench.add_argument("--stall-timeout", type=float, default=30.0)
     bench.add_argument("--no-ignore-eos", action="store_true", help="for servers that reject ignore_eos")
+    bench.add_argument(
+        "--no-min-tokens",
+        action="store_true",
+        help="do not send min_tokens = max_tokens (for servers that reject the field)",
+    )
+    bench.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the server's API key, sent as 'Authorization: Bearer' on every request",
+    )
+    bench.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra header on every request, repeatable (secrets belong in --api-key-env)",
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", type=Path, required=True, help="run folder to write")
 
@@ -63,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file", type=Path)
     run.add_argument("--out", type=Path, help="default: reports/CAMPAIGN")
     run.add_argument("--only", action="append", default=[], help="run only these server labels")
+    run.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="replace each GPU container by the reference server in that framework's wire profile and run a "
+        "scaled-down campaign end to end (default out: reports/CAMPAIGN-rehearsal); measures nothing",
+    )
 
     backends = sub.add_parser("backends", help="list backends or show a rendered launch")
     back_sub = backends.add_subparsers(dest="backends_command", required=True)
@@ -74,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from bakeoff.auth import parse_header_arg, request_headers
     from bakeoff.client import ClientSettings, check_server
     from bakeoff.prompts import PromptFactory, load_tokenizer
     from bakeoff.report import summary_table
@@ -83,6 +107,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.warmup < 0:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")
+    # Before anything is sent: a missing key variable is an error naming it.
+    headers = request_headers(args.api_key_env, dict(parse_header_arg(h) for h in args.header))
     tokenizer = load_tokenizer(args.tokenizer)
     workload = ConcurrencySweep(
         levels=[args.concurrency],
@@ -95,7 +121,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
         stall_timeout_s=args.stall_timeout,
     )
-    asyncio.run(check_server(args.base_url, args.model))
+    asyncio.run(check_server(args.base_url, args.model, headers=headers))
     if not tokenizer.exact:
         print("note: no --tokenizer given; prompt lengths are approximate (word count)", file=sys.stderr)
     plan = PlanBuilder(PromptFactory(tokenizer)).build(workload)[0]
@@ -106,10 +132,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
         stall_timeout_s=args.stall_timeout,
         count_tokens=tokenizer.count if tokenizer.exact else None,
+        headers=headers,
+        min_tokens=not args.no_min_tokens,
     )
     target = RunTarget(settings, server_info={"base_url": args.base_url, "external": True})
     summary = execute_plan(plan, target, args.out)
     print(summary_table({f"c{args.concurrency}": summary}))
+    if summary["short_completions"]["warning"]:
+        print(f"warning: {summary['short_completions']['warning']}", file=sys.stderr)
     print(f"results: {args.out}")
     return 0 if summary["requests"]["ok"] > 0 else 1
 
@@ -138,8 +168,9 @@ def cmd_campaign(args: argparse.Namespace) -> int:
                 note = "; model files not checked: a GPU campaign, and this machine has no GPU"
             print(f"{path}: ok ({len(cells)} cells{note})")
         return 0
-    report = run_campaign(args.file, out_dir=args.out, only=args.only)
-    print(f"report: {report}")
+    report = run_campaign(args.file, out_dir=args.out, only=args.only, rehearse=args.rehearse)
+    note = " (REHEARSAL: reference-server stand-ins, not a measurement)" if args.rehearse else ""
+    print(f"report: {report}{note}")
     return 0
 
 

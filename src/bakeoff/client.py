@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+from bakeoff.auth import check_headers
 from bakeoff.errors import ServerUnreachableError, SpecError
 from bakeoff.http1 import HttpProtocolError, ResponseParser
 from bakeoff.records import ErrorKind, RequestRecord
@@ -56,12 +57,23 @@ class PlannedRequest:
 
 @dataclass
 class ClientSettings:
+    """How every request of a run is sent.
+
+    ``headers`` go on every request (an API key among them: see :mod:`bakeoff.auth`);
+    they are secrets as far as anything written is concerned. ``min_tokens`` sends
+    ``min_tokens`` equal to ``max_tokens``, for servers that accept it: ``ignore_eos``
+    alone leaves the extra end-of-sequence ids of some models (Llama 3 has several) able
+    to end a request early.
+    """
+
     base_url: str
     model: str
     extra_body: dict[str, Any] = field(default_factory=lambda: {"ignore_eos": True})
     request_timeout_s: float = 120.0
     stall_timeout_s: float = 30.0
     count_tokens: TokenCounter | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    min_tokens: bool = False
 
 
 def request_body(item: PlannedRequest, settings: ClientSettings) -> bytes:
@@ -72,12 +84,20 @@ def request_body(item: PlannedRequest, settings: ClientSettings) -> bytes:
         "stream_options": {"include_usage": True},
         "temperature": item.temperature,
     }
+    if settings.min_tokens:
+        body["min_tokens"] = item.max_tokens
     if item.endpoint == "chat":
         body["messages"] = item.messages
     else:
         body["prompt"] = item.prompt
     body.update(settings.extra_body)
     return orjson.dumps(body)
+
+
+def header_block(headers: dict[str, str]) -> str:
+    """The extra header lines of every request, each ending in CRLF; checked first."""
+    check_headers(headers, "client headers")
+    return "".join(f"{name}: {value}\r\n" for name, value in headers.items())
 
 
 class _Failure(Exception):
@@ -355,6 +375,7 @@ class StreamingClient:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         self._pool: _Pool | None = None
+        self._extra_headers = header_block(settings.headers)
 
     async def __aenter__(self) -> StreamingClient:
         self._pool = _Pool(self.settings.base_url, self.settings.request_timeout_s)
@@ -370,7 +391,7 @@ class StreamingClient:
         head = (
             f"POST {self._pool.prefix}{ENDPOINT_PATHS[item.endpoint]} HTTP/1.1\r\n"
             f"Host: {self._pool.netloc}\r\nUser-Agent: bakeoff\r\nAccept: */*\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"{self._extra_headers}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         return head.encode("latin-1") + body
 
@@ -379,6 +400,7 @@ class StreamingClient:
         assert pool is not None, "use StreamingClient as an async context manager"
         request = self._request_bytes(item)
         record.prompt_tokens = item.prompt_tokens
+        record.max_tokens = item.max_tokens
         record.start_ns = _perf_ns()
         stream = _Stream(record)
         watchdog = _Watchdog(stream, self.settings.request_timeout_s, self.settings.stall_timeout_s)
@@ -466,17 +488,24 @@ def _fail(record: RequestRecord, kind: ErrorKind, message: str, texts: list[str]
     return record
 
 
-async def check_server(base_url: str, model: str | None, timeout_s: float = 5.0) -> list[str]:
+async def check_server(
+    base_url: str, model: str | None, timeout_s: float = 5.0, headers: dict[str, str] | None = None
+) -> list[str]:
     """Fail within seconds, with a clear message, when nothing serves at ``base_url``.
 
     Returns the served model names; an unknown ``model`` is an error listing them.
+    ``headers`` (the API key) go with the request, as with every other one of the run.
     """
     url = base_url.rstrip("/") + "/v1/models"
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(url) as resp,
+            session.get(url, headers=headers or {}) as resp,
         ):
+            if resp.status in (401, 403):
+                keyed = any(name.lower() == "authorization" for name in headers or {})
+                hint = "check the key's value" if keyed else "pass --api-key-env NAME"
+                raise ServerUnreachableError(f"{url} answered HTTP {resp.status}: the server wants an API key; {hint}")
             if resp.status != 200:
                 raise ServerUnreachableError(f"{url} answered HTTP {resp.status}; is it an OpenAI-compatible server?")
             payload = await resp.json(content_type=None)

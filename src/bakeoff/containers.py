@@ -23,13 +23,15 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bakeoff.backends import BackendSpec, KnobValue, RenderedLaunch, render_launch
+from bakeoff.backends import DRAFT_MOUNT, BackendSpec, KnobValue, RenderedLaunch, render_launch
 from bakeoff.errors import LaunchError, RuntimeMissingError
+from bakeoff.knobs import draft_model_knob
 from bakeoff.launch import ServerHandle, port_in_use, wait_ready
+from bakeoff.model_source import ContainerModel
 from bakeoff.paths import user_cache_dir
 
 RUNTIMES = ("podman", "docker")
@@ -207,15 +209,19 @@ def _digest_of(entry: dict[str, object]) -> str:
 
 
 def render_container_launch(
-    backend: BackendSpec, knobs: dict[str, KnobValue], *, served_model_name: str
+    backend: BackendSpec, knobs: dict[str, KnobValue], *, served_model_name: str, model_arg: str | None = None
 ) -> RenderedLaunch:
-    """``render_launch`` with the paths and port as seen from inside the container."""
+    """``render_launch`` with the paths and port as seen from inside the container.
+
+    ``model_arg`` replaces the mounted folder as the model argument: a Hugging Face id
+    (:meth:`bakeoff.model_source.ModelSource.container_mount` gives it).
+    """
     if backend.container is None:
         raise LaunchError(f"backend {backend.name!r} has no 'container' section")
     launch = render_launch(
         backend,
         knobs,
-        model=backend.container.model_mount,
+        model=model_arg or backend.container.model_mount,
         served_model_name=served_model_name,
         port=backend.container.container_port,
         host="0.0.0.0",
@@ -246,15 +252,20 @@ def container_run_args(
     *,
     runtime: str,
     port: int,
-    model_dir: Path,
+    model_dir: Path | None,
     name: str,
     config_path: Path | None = None,
+    model: ContainerModel | None = None,
+    draft_dir: Path | None = None,
 ) -> list[str]:
     """The ``run -d ...`` arguments (after :func:`runtime_command`) for one launch. Pure.
 
     The rendered argv's first word becomes ``--entrypoint`` so the backend YAML, not the
     image's ENTRYPOINT, decides what runs. ``config_path`` (the rendered config file on
-    the host) is mounted read-only at ``/bakeoff/{filename}``.
+    the host) is mounted read-only at ``/bakeoff/{filename}``. ``model`` (a Hugging Face
+    id's cache mount and ``-e HF_TOKEN`` by name) replaces the ``model_dir`` mount.
+    ``draft_dir`` (the campaign's ``model.draft_path``) is mounted read-only at ``/draft``,
+    where the speculative knobs point the server; a launch that needs it and lacks it fails.
     """
     spec = launch.backend.container
     if spec is None:
@@ -266,11 +277,25 @@ def container_run_args(
         "--name", name,
         "--label", LABEL,
         "-p", f"127.0.0.1:{port}:{spec.container_port}",
-        "-v", f"{Path(model_dir).absolute()}:{spec.model_mount}:ro",
     ]  # fmt: skip
+    if model is not None:
+        args += model.run_args()
+    elif model_dir is not None:
+        args += ["-v", f"{Path(model_dir).absolute()}:{spec.model_mount}:ro"]
+    else:
+        raise LaunchError(f"backend {launch.backend.name!r}: no model folder and no Hugging Face id to serve")
     if config_path is not None and launch.backend.config_file is not None:
         inside = f"{CONTAINER_CONFIG_DIR}/{launch.backend.config_file.filename}"
         args += ["-v", f"{Path(config_path).absolute()}:{inside}:ro"]
+    needs_draft = draft_model_knob(launch.backend, launch.knobs)
+    if needs_draft is not None and draft_dir is None:
+        # Without the mount the server would fail minutes into its start on a missing /draft.
+        raise LaunchError(
+            f"backend {launch.backend.name!r}: {needs_draft}={launch.knobs[needs_draft]} reads a draft model "
+            f"at {DRAFT_MOUNT}; set model.draft_path in the campaign"
+        )
+    if draft_dir is not None:
+        args += ["-v", f"{Path(draft_dir).absolute()}:{DRAFT_MOUNT}:ro"]
     for key, value in sorted(launch.env.items()):
         args += ["-e", f"{key}={value}"]
     if spec.ipc_host:
@@ -350,14 +375,19 @@ def run_container(
     *,
     port: int,
     served_model_name: str,
-    model_dir: Path,
+    model_dir: Path | None,
     run_dir: Path,
     runtime: str | None = None,
+    model: ContainerModel | None = None,
+    headers: Mapping[str, str] | None = None,
+    draft_dir: Path | None = None,
 ) -> Iterator[ServerHandle]:
     """Run the launch's image on ``127.0.0.1:port`` until the block ends; always remove it.
 
     ``launch`` should come from :func:`render_container_launch`. Logs go to
     ``run_dir/server.log`` as the server writes them, so they are there on failure too.
+    ``model`` serves a Hugging Face id instead of ``model_dir`` (see
+    :func:`container_run_args`); ``headers`` (the API key) go with every health probe.
     """
     spec = launch.backend.container
     if spec is None:
@@ -365,8 +395,10 @@ def run_container(
     runtime = runtime or find_runtime()
     if port_in_use(port):
         raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
-    if not Path(model_dir).is_dir():
+    if model is None and (model_dir is None or not Path(model_dir).is_dir()):
         raise LaunchError(f"model folder {model_dir} does not exist")
+    for folder in model.writable_dirs() if model is not None else []:
+        folder.mkdir(parents=True, exist_ok=True)  # podman refuses to mount a missing folder
     info = ensure_image(runtime, spec.image, build=spec.build)
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "server.log"
@@ -376,7 +408,14 @@ def run_container(
         config_path.write_text(launch.config_text)
     name = f"bakeoff-{launch.backend.name}-{port}-{uuid.uuid4().hex[:8]}"
     args = container_run_args(
-        launch, runtime=runtime, port=port, model_dir=model_dir, name=name, config_path=config_path
+        launch,
+        runtime=runtime,
+        port=port,
+        model_dir=model_dir,
+        name=name,
+        config_path=config_path,
+        model=model,
+        draft_dir=draft_dir,
     )
     command_line = shlex.join([*runtime_command(runtime), *args])
     with open(log_path, "ab") as log:
@@ -406,6 +445,7 @@ def run_container(
             still_running=still_running,
             log_path=log_path,
             what=f"{launch.backend.name} (container {container_id}, image {spec.image})",
+            headers=headers,
         )
         yield ServerHandle(
             base_url=f"http://127.0.0.1:{port}",

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,10 +57,15 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def probe(url: str, timeout_s: float = 2.0) -> int | None:
-    """HTTP status of a GET, or None when nothing answers."""
+def probe(url: str, timeout_s: float = 2.0, headers: Mapping[str, str] | None = None) -> int | None:
+    """HTTP status of a GET, or None when nothing answers.
+
+    ``headers`` carry the server's API key: a gateway (or a strict server) guards its
+    health endpoint with it too.
+    """
+    request = urllib.request.Request(url, headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -84,13 +89,21 @@ def wait_ready(
     still_running: object,
     log_path: Path,
     what: str,
+    headers: Mapping[str, str] | None = None,
 ) -> None:
     """Poll ``health_url`` until it answers 200; fail fast when the server dies."""
     deadline = time.monotonic() + timeout_s
     is_running = still_running if callable(still_running) else (lambda: True)
     while time.monotonic() < deadline:
-        if probe(health_url) == 200:
+        status = probe(health_url, headers=headers)
+        if status == 200:
             return
+        if status in (401, 403):
+            # Up, but refusing us: waiting will not change the key.
+            raise LaunchError(
+                f"{what} answered HTTP {status} at {health_url}: it wants an API key (or another one); "
+                "set api_key_env on the server, export that variable, and retry"
+            )
         if not is_running():
             raise LaunchError(f"{what} exited during startup; last log lines ({log_path}):\n{log_tail(log_path)}")
         time.sleep(interval_s)
@@ -170,8 +183,12 @@ def run_local_process(
     port: int,
     served_model_name: str,
     run_dir: Path,
+    headers: Mapping[str, str] | None = None,
 ) -> Iterator[ServerHandle]:
-    """Start the rendered command as its own process group with logs in ``run_dir``."""
+    """Start the rendered command as its own process group with logs in ``run_dir``.
+
+    ``headers`` (the server's API key) go with every health probe.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     if port_in_use(port):
         raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
@@ -210,6 +227,7 @@ def run_local_process(
             still_running=lambda: proc.poll() is None,
             log_path=log_path,
             what=f"{launch.backend.name} (pid {proc.pid})",
+            headers=headers,
         )
         yield ServerHandle(
             base_url=base_url,

@@ -3,7 +3,9 @@
 They know nothing about which engine answers: they take a :class:`StreamingClient` and a
 :class:`RunPlan` and hand every finished :class:`RequestRecord` to ``on_record`` as it
 completes (the run folder's journal), so an interrupted run keeps what it measured.
-Warm-up requests run first at the same concurrency and are flagged, never counted.
+Warm-up requests run first at the same concurrency and are flagged, never counted;
+``on_measure_start`` runs between the two, once warm-up has finished, so whatever the
+caller snapshots there (server counters) covers the measured part only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from bakeoff.records import RequestRecord
 from bakeoff.workloads import RunPlan, SessionPlan
 
 RecordSink = Callable[[RequestRecord], None]
+MeasureStart = Callable[[], None]
 
 
 @dataclass
@@ -33,9 +36,14 @@ def _progress(total: int, label: str, show: bool) -> tqdm:
 
 
 async def run_plan(
-    client: StreamingClient, plan: RunPlan, on_record: RecordSink, *, show_progress: bool = True
+    client: StreamingClient,
+    plan: RunPlan,
+    on_record: RecordSink,
+    *,
+    show_progress: bool = True,
+    on_measure_start: MeasureStart | None = None,
 ) -> list[RequestRecord]:
-    """Run one plan to completion (warm-up first) and return its records."""
+    """Run one plan to completion (warm-up, ``on_measure_start``, measured part); return its records."""
     records: list[RequestRecord] = []
 
     def keep(record: RequestRecord) -> None:
@@ -44,6 +52,9 @@ async def run_plan(
 
     if plan.warmup:
         await closed_loop(client, plan.warmup, plan.concurrency or 1, keep, warmup=True)
+    if on_measure_start is not None:
+        # A blocking hook (an HTTP scrape) runs off the loop; nothing is in flight meanwhile.
+        await asyncio.to_thread(on_measure_start)
     with _progress(_count(plan), plan.name, show_progress) as bar:
 
         def tick(record: RequestRecord) -> None:

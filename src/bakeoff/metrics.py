@@ -8,6 +8,10 @@
 - Throughput over the measured window (first send -> last end of measured requests):
   output tok/s, total tok/s, req/s; tok/s per user = 1000 / TPOT ms;
   goodput = requests meeting every SLO bound per second.
+- Short completions: requests that ended, without error, before the ``max_tokens`` the
+  plan asked for (counted from the server's usage). ``ignore_eos`` does not cover every
+  end-of-sequence id on every server and model, so a run can come out shorter than
+  planned; such a run carries a warning, since its throughput is not the planned load's.
 Failed requests are counted by kind and excluded from latency statistics, never dropped.
 """
 
@@ -126,6 +130,7 @@ def summarize(records: list[RequestRecord], slo: Slo | None = None) -> dict[str,
             "usage_sources": dict(Counter(r.usage_source for r in ok)),
             "chunks_per_output_token": (sum(len(r.chunk_ns) for r in ok) / out_tokens if out_tokens else None),
         },
+        "short_completions": short_completions(ok),
     }
     scheduled = [r for r in measured if r.scheduled_ns]
     if scheduled:
@@ -147,6 +152,33 @@ def summarize(records: list[RequestRecord], slo: Slo | None = None) -> dict[str,
             str(t): stats(v for r in ok if r.turn == t if (v := ttft_ms(r)) is not None)["p50"] for t in turns
         }
     return summary
+
+
+def short_completions(ok: list[RequestRecord]) -> dict[str, Any]:
+    """How many completed requests fell short of their planned output, with a warning if any.
+
+    Only requests with a planned length and a server token count are checked (``checked``).
+    """
+    checked = [r for r in ok if r.max_tokens > 0 and r.usage_source == "server"]
+    short = [r for r in checked if r.short]
+    planned = sum(r.max_tokens for r in checked)
+    missing = sum(r.max_tokens - r.completion_tokens for r in short)
+    warning = None
+    if short:
+        warning = (
+            f"{len(short)} of {len(checked)} requests ended before their planned max_tokens "
+            f"({missing} of {planned} planned output tokens not generated): an end-of-sequence id "
+            "that ignore_eos does not cover stopped them. Send min_tokens (request.min_tokens: true "
+            "in the backend YAML) if the server accepts it, or compare these runs as shorter ones."
+        )
+    return {
+        "checked": len(checked),
+        "count": len(short),
+        "share": len(short) / len(checked) if checked else 0.0,
+        "tokens_missing": missing,
+        "tokens_planned": planned,
+        "warning": warning,
+    }
 
 
 def cost_per_million_tokens(cost_per_hour_usd: float | None, output_tok_s: float) -> float | None:

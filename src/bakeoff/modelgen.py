@@ -4,7 +4,8 @@ No model can be downloaded on the machines bakeoff runs on, so it makes its own:
 byte-level BPE tokenizer trained on a synthetic corpus (its vocabulary is the model's, so
 generated ids decode to text), a chat template, and random safetensors weights. Everything
 is deterministic from the seed. ``small`` is sized so CPU decode is memory-bandwidth-bound,
-the way GPU decode is; ``tiny`` is for fast tests.
+the way GPU decode is; ``tiny`` is for fast tests. For tests of the other tokenizer family, it
+also trains SentencePiece-style tokenizers shaped like Llama 2's and Mistral's files.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from bakeoff.errors import SpecError
 
@@ -99,6 +101,99 @@ def train_tokenizer(vocab_size: int, seed: int) -> object:
         chat_template=CHAT_TEMPLATE,
         model_max_length=1_000_000,
     )
+
+
+SP_SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
+# Control tokens a chat template can use, the way Mistral's later tokenizers hold [INST] as one token.
+SP_CONTROL_TOKENS = ["[INST]", "[/INST]"]
+# Llama 2's chat template, shortened: messages trimmed, the system block inside the first [INST].
+SP_CHAT_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set system = '<<SYS>>\\n' + messages[0]['content'] | trim + '\\n<</SYS>>\\n\\n' %}"
+    "{% set messages = messages[1:] %}{% else %}{% set system = '' %}{% endif %}"
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}[INST] {% if loop.first %}{{ system }}{% endif %}"
+    "{{ message['content'] | trim }} [/INST]"
+    "{% else %} {{ message['content'] | trim }} {{ eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def train_sentencepiece_style_tokenizer(
+    folder: Path,
+    seed: int,
+    *,
+    model: Literal["bpe", "unigram"] = "bpe",
+    legacy: bool = False,
+    prepend_scheme: Literal["first", "always", "never"] = "first",
+    split: bool = False,
+    vocab_size: int = 2048,
+) -> Path:
+    """Write a Llama-2-style ``tokenizer.json`` (and ``tokenizer_config.json``) into ``folder``.
+
+    Shaped like what transformers' converter writes for SentencePiece models: '▁' marks a
+    leading space, byte fallback (``<0x00>``..``<0xFF>`` right after the specials), and a
+    post-processor that adds BOS. ``legacy`` picks the layout of Llama 2's and Mistral 7B
+    v0.1's published files (a Prepend('▁') + Replace(' ', '▁') normalizer, no
+    pre-tokenizer); otherwise a Metaspace pre-tokenizer with ``prepend_scheme`` and ``split``
+    (what the converter writes with ``legacy=False``). Deterministic from the seed; trained
+    on a shorter corpus than the model tokenizer, since tests build several.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+    trainer_vocab = vocab_size - len(byte_pieces) - len(SP_CONTROL_TOKENS)
+    draft = Tokenizer(models.BPE(unk_token="<unk>") if model == "bpe" else models.Unigram())
+    draft.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    trainer: trainers.Trainer = (
+        trainers.BpeTrainer(vocab_size=trainer_vocab, special_tokens=SP_SPECIAL_TOKENS, show_progress=False)
+        if model == "bpe"
+        else trainers.UnigramTrainer(
+            vocab_size=trainer_vocab, special_tokens=SP_SPECIAL_TOKENS, unk_token="<unk>", show_progress=False
+        )
+    )
+    draft.train_from_iterator(synthetic_corpus(seed, words=120_000), trainer=trainer)
+    trained = json.loads(draft.to_str())["model"]
+    # Rebuild with the byte pieces as ordinary vocabulary entries, as SentencePiece stores them.
+    tok: Tokenizer
+    if model == "bpe":
+        pieces = sorted(trained["vocab"], key=trained["vocab"].__getitem__)
+        ordered = pieces[:3] + byte_pieces + pieces[3:]
+        # tokenizers writes merges as [left, right] pairs; older files as "left right" strings.
+        pairs = (m.split(" ", 1) if isinstance(m, str) else m for m in trained["merges"])
+        merges = [(str(left), str(right)) for left, right in pairs]
+        vocab = {piece: index for index, piece in enumerate(ordered)}
+        tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    else:
+        scored = [(piece, float(score)) for piece, score in trained["vocab"]]
+        ordered_scores = scored[:3] + [(piece, 0.0) for piece in byte_pieces] + scored[3:]
+        tok = Tokenizer(models.Unigram(ordered_scores, unk_id=0, byte_fallback=True))
+    tok.add_special_tokens(SP_SPECIAL_TOKENS + SP_CONTROL_TOKENS)
+    if legacy:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend_scheme, split=split)
+    # The converter's decoder in both layouts: a Metaspace decoder would leave byte pieces undecoded.
+    strip = [decoders.Strip(" ", 1, 0)] if legacy or prepend_scheme != "never" else []
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), *strip])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+    )
+    if tok.get_vocab_size() != vocab_size:
+        raise SpecError(f"sentencepiece-style training gave {tok.get_vocab_size()} tokens, wanted {vocab_size}")
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "LlamaTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "add_bos_token": True,
+        "legacy": legacy,
+        "chat_template": SP_CHAT_TEMPLATE,
+        "model_max_length": 1_000_000,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return folder
 
 
 def silent_token_ids(tokenizer: object) -> list[int]:

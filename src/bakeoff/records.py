@@ -32,6 +32,7 @@ class RequestRecord:
     chunk_chars: list[int] = field(default_factory=list)  # characters in each content chunk
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in each content chunk
     prompt_tokens: int = 0
+    max_tokens: int = 0  # output tokens the plan asked for; 0 when unknown (older runs)
     completion_tokens: int = 0
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     usage_source: UsageSource = "server"
@@ -44,6 +45,15 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+    @property
+    def short(self) -> bool:
+        """Completed with fewer tokens than planned, counted by the server's own usage.
+
+        Only server counts are trusted: re-tokenizing the output text can come out a few
+        tokens off, which would flag exact runs as short.
+        """
+        return self.ok and self.usage_source == "server" and self.completion_tokens < self.max_tokens
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

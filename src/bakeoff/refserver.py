@@ -15,8 +15,17 @@ the request) and reproduces the protocol quirks and failures seen on real server
 Options are set on the command line and can be overridden per request with a JSON object
 in the ``x-bakeoff-ref`` header or a ``ref`` field of the request body. Sleeping until each
 deadline, rather than for each gap, keeps scheduling delays from accumulating; how late
-each write went out is exposed on ``/metrics`` so a benchmark can tell whether the server
-itself was the bottleneck. Run it with ``python -m bakeoff.refserver --port P``.
+each write went out is exposed on ``/metrics`` (and ``/ref/metrics``) so a benchmark can
+tell whether the server itself was the bottleneck. Run it with
+``python -m bakeoff.refserver --port P``.
+
+``--profile vllm|sglang|trtllm`` makes it answer as that framework does on the wire (health,
+validation, chunk shapes, metric names, cache reset: :mod:`bakeoff.refprofiles`), for
+rehearsals of the GPU path; ``generic``, the default, is the quirk-switchable server above.
+In a framework profile the timing, fault and ``usage`` options still apply (``separate``,
+the default, is what all three do), the first-chunk options (``role_chunk``,
+``content_key_missing``) are the framework's own, and a ``ref`` body field is an unknown
+field like any other (TensorRT-LLM refuses it: use the header).
 """
 
 from __future__ import annotations
@@ -39,10 +48,12 @@ import orjson
 from aiohttp import web
 
 from bakeoff.launch import free_port, wait_ready
+from bakeoff.refcache import Counters
+from bakeoff.refprofiles import PROFILES, make_profile
+from bakeoff.refwire import WireProfile, sse
 
 UsageMode = Literal["separate", "finish", "none"]
 Fault = Literal["none", "http500", "error", "cut", "stall", "die"]
-CACHE_BLOCK = 16  # words per prefix-cache block, like a KV-cache page
 MODEL = "bakeoff-ref"
 
 
@@ -62,12 +73,15 @@ class RefOptions:
     fault_after: int = -1  # content chunks sent before a mid-stream fault; -1: half of them
     stall_s: float = 3600.0
     long_line_bytes: int = 0  # pad the first content chunk's line to at least this size
+    # Stop after this many tokens (0: never), like an EOS id ignore_eos misses, unless the
+    # request's min_tokens asks for more: what min_tokens is sent to prevent.
+    eos_after: int = 0
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0 or self.itl_ms < 0 or self.stall_s < 0:
             raise ValueError("ttft_ms, itl_ms and stall_s must be 0 or more")
-        if self.tokens_per_chunk < 1 or self.fault_every < 1:
-            raise ValueError("tokens_per_chunk and fault_every must be at least 1")
+        if self.tokens_per_chunk < 1 or self.fault_every < 1 or self.eos_after < 0:
+            raise ValueError("tokens_per_chunk and fault_every must be at least 1, eos_after 0 or more")
         if self.usage not in get_args(UsageMode):
             raise ValueError(f"usage must be one of {get_args(UsageMode)}, got {self.usage!r}")
         if self.fault not in get_args(Fault):
@@ -80,10 +94,6 @@ class RefOptions:
         if unknown:
             raise ValueError(f"unknown reference-server options: {sorted(unknown)}")
         return replace(self, **changes)
-
-
-def _sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -120,45 +130,23 @@ class Pacer:
 
 
 class _Stats:
-    """Counters for ``/metrics``: vLLM-named serving counters plus schedule lateness."""
+    """The reference server's own health as a load source: schedule lateness and chunks sent."""
 
     def __init__(self) -> None:
         self.pacer = Pacer()
-        self.running = 0
-        self.requests = 0
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
         self.chunks = 0
-        self.cache_queries = 0
-        self.cache_hits = 0
-        self.cache_blocks: set[int] = set()
 
-    def account_prompt(self, words: list[str]) -> int:
-        """Simulated prefix cache: hit tokens are leading full blocks seen before."""
-        hits, key, leading = 0, 0, True
-        for start in range(0, len(words) - CACHE_BLOCK + 1, CACHE_BLOCK):
-            # Chained hashes: a block only hits when everything before it matched too.
-            key = hash((key, *words[start : start + CACHE_BLOCK]))
-            if leading and key in self.cache_blocks:
-                hits += CACHE_BLOCK
-            else:
-                leading = False
-                self.cache_blocks.add(key)
-        self.cache_queries += len(words)
-        self.cache_hits += hits
-        self.prompt_tokens += len(words)
-        return hits
-
-    def prometheus(self, model: str) -> str:
+    def prometheus(self, model: str, counters: Counters) -> str:
+        """The generic profile's ``/metrics`` (vLLM-named counters) and, in every profile, ``/ref/metrics``."""
         usage = resource.getrusage(resource.RUSAGE_SELF)
         label = f'{{model_name="{model}"}}'
         rows = [
-            ("vllm:num_requests_running", "gauge", label, self.running),
-            ("vllm:request_success_total", "counter", label, self.requests),
-            ("vllm:prompt_tokens_total", "counter", label, self.prompt_tokens),
-            ("vllm:generation_tokens_total", "counter", label, self.generation_tokens),
-            ("vllm:prefix_cache_queries_total", "counter", label, self.cache_queries),
-            ("vllm:prefix_cache_hits_total", "counter", label, self.cache_hits),
+            ("vllm:num_requests_running", "gauge", label, counters.running),
+            ("vllm:request_success_total", "counter", label, counters.requests),
+            ("vllm:prompt_tokens_total", "counter", label, counters.prompt_tokens),
+            ("vllm:generation_tokens_total", "counter", label, counters.generation_tokens),
+            ("vllm:prefix_cache_queries_total", "counter", label, counters.prompt_tokens),
+            ("vllm:prefix_cache_hits_total", "counter", label, counters.cache_hits),
             ("bakeoff_ref_chunks_total", "counter", "", self.chunks),
             ("bakeoff_ref_late_seconds_sum", "counter", "", self.pacer.late_sum_s),
             ("bakeoff_ref_late_seconds_max", "gauge", "", self.pacer.late_max_s),
@@ -171,39 +159,57 @@ class _Stats:
 class ReferenceServer:
     """The aiohttp application and its per-process state."""
 
-    def __init__(self, options: RefOptions, model: str = MODEL) -> None:
+    def __init__(
+        self,
+        options: RefOptions,
+        model: str = MODEL,
+        api_key: str | None = None,
+        profile: WireProfile | None = None,
+        prefix_cache: bool = True,
+    ) -> None:
         self.options = options
         self.model = model
+        self.profile = profile or WireProfile()
+        cache = self.profile.new_cache()
+        cache.enabled = prefix_cache
+        self.counters = Counters(cache)
+        self._next_key = 0
+        self.api_key = api_key  # then every route, health and metrics too, wants it as a bearer token
         self.stats = _Stats()
         self._fault_counts: dict[RefOptions, int] = {}
         self._created = int(time.time())
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 << 20)
-        app.router.add_get("/health", self._health)
+        middlewares = [self._require_key] if self.api_key else []
+        app = web.Application(client_max_size=64 << 20, middlewares=middlewares)
+        # Health, metrics and cache reset are the profile's: paths and answers differ per framework.
+        for method, path, handler in self.profile.routes(self):
+            app.router.add_route(method, path, handler)
+        app.router.add_get("/ref/metrics", self._own_metrics)
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/reset_prefix_cache", self._reset_cache)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         return app
 
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    @web.middleware
+    async def _require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _error_response(401, "missing or wrong API key")
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def _models(self, request: web.Request) -> web.Response:
         data = {
             "object": "list",
-            "data": [{"id": self.model, "object": "model", "owned_by": "bakeoff"}],
+            "data": [{"id": self.model, "object": "model", "owned_by": self.profile.owner}],
         }
         return web.json_response(data, dumps=lambda v: orjson.dumps(v).decode())
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.stats.prometheus(self.model), content_type="text/plain")
+    def own_metrics(self) -> str:
+        return self.stats.prometheus(self.model, self.counters)
 
-    async def _reset_cache(self, request: web.Request) -> web.Response:
-        self.stats.cache_blocks.clear()
-        return web.Response(text="ok")
+    async def _own_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.own_metrics(), content_type="text/plain")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -223,6 +229,11 @@ class ReferenceServer:
         t0 = time.monotonic()
         try:
             body = orjson.loads(await request.read())
+            if not isinstance(body, dict):
+                raise TypeError("the request body must be a JSON object")
+            refused = self.profile.check_request(body, chat=chat, model=self.model)
+            if refused is not None:
+                return refused
             opts = self.options
             if "x-bakeoff-ref" in request.headers:
                 opts = opts.override(orjson.loads(request.headers["x-bakeoff-ref"]))
@@ -231,34 +242,38 @@ class ReferenceServer:
             max_tokens = int(body.get("max_tokens") or 16)
             if max_tokens < 1:
                 raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+            if opts.eos_after:
+                max_tokens = min(max_tokens, max(opts.eos_after, int(body.get("min_tokens") or 0)))
             prompt = " ".join(str(m.get("content", "")) for m in body["messages"]) if chat else str(body["prompt"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return _error_response(400, f"bad request: {exc}")
+            return self.profile.error(400, f"bad request: {exc}")
         faulty = self._is_faulty(opts)
         if faulty and opts.fault == "http500":
-            return _error_response(500, "injected fault: internal server error")
+            return self.profile.error(500, "injected fault: internal server error")
         words = prompt.split()
-        cached = self.stats.account_prompt(words)
-        usage = {
-            "prompt_tokens": len(words),
-            "completion_tokens": max_tokens,
-            "total_tokens": len(words) + max_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
-        stream_options = body.get("stream_options") or {}
-        include_usage = bool(stream_options.get("include_usage")) and opts.usage != "none"
-        k = opts.tokens_per_chunk
+        key = self._next_key = self._next_key + 1
+        cached = self.counters.admit(key, words, max_tokens)
+        self.profile.on_prefill(self.counters)
+        usage = self.profile.usage(len(words), max_tokens, cached)
+        include_usage = self.profile.wants_usage(body.get("stream_options")) and opts.usage != "none"
         # Equal-width tokens: clients that share usage tokens over chunks by text length
         # then get the exact split back.
-        texts = ["".join(f" w{t % 10}" for t in range(i, min(i + k, max_tokens))) for i in range(0, max_tokens, k)]
-        self.stats.running += 1
+        texts, start = [], 0
+        for size in self.profile.chunk_sizes(max_tokens, opts.tokens_per_chunk):
+            texts.append("".join(f" w{t % 10}" for t in range(start, start + size)))
+            start += size
+        finished = False
         try:
             if not body.get("stream"):
                 await self.stats.pacer.until(t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3)
+                finished = True
                 return self._whole(chat, "".join(texts), usage)
-            return await self._stream(request, opts, chat, t0, texts, usage if include_usage else None, faulty)
+            tail = usage if include_usage else None
+            resp, finished = await self._stream(request, opts, chat, t0, texts, tail, faulty)
+            return resp
         finally:
-            self.stats.running -= 1
+            self.counters.release(key, generated=max_tokens, finished=finished)
+            self.profile.on_finish(self.counters)
 
     def _whole(self, chat: bool, text: str, usage: dict[str, Any]) -> web.Response:
         choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
@@ -266,8 +281,6 @@ class ReferenceServer:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        self.stats.requests += 1
-        self.stats.generation_tokens += usage["completion_tokens"]
         obj = {
             "id": "ref",
             "object": "chat.completion" if chat else "text_completion",
@@ -287,8 +300,9 @@ class ReferenceServer:
         texts: list[str],
         usage: dict[str, Any] | None,
         faulty: bool,
-    ) -> web.StreamResponse:
-        stats = self.stats
+    ) -> tuple[web.StreamResponse, bool]:
+        """Stream the answer; also say whether it went out whole (no fault cut it short)."""
+        stats, profile = self.stats, self.profile
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         head = {
@@ -300,41 +314,31 @@ class ReferenceServer:
         prefix = KEEP_ALIVE if opts.comments else b""
         if opts.comments:
             await resp.write(KEEP_ALIVE)
-        if opts.role_chunk or opts.content_key_missing:
-            if chat:
-                delta = {"role": "assistant"} if opts.content_key_missing else {"role": "assistant", "content": ""}
-                first: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
-            else:
-                first = {"index": 0, "text": "", "finish_reason": None}
-            await resp.write(prefix + _sse({**head, "choices": [first]}))
+        opening = profile.opening(head, chat=chat, role_chunk=opts.role_chunk, no_content_key=opts.content_key_missing)
+        if opening:
+            await resp.write(prefix + opening)
         fault_at = len(texts) // 2 if opts.fault_after < 0 else opts.fault_after
         last = len(texts) - 1
         for i, text in enumerate(texts):
             if faulty and i == fault_at:
-                return await self._mid_stream_fault(request, resp, opts)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if i == last else None}
-            if chat:
-                choice["delta"] = {"content": text}
-            else:
-                choice["text"] = text
-            chunk: dict[str, Any] = {**head, "choices": [choice]}
+                return await self._mid_stream_fault(request, resp, opts), False
+            chunk = profile.content(head, chat=chat, text=text, finish="length" if i == last else None)
             if i == 0 and opts.long_line_bytes:
                 chunk["pad"] = "x" * opts.long_line_bytes
             if i == last and usage is not None and opts.usage == "finish":
                 chunk["usage"] = usage
-            data = prefix + _sse(chunk)
+            data = prefix + sse(chunk)
             if i == last:
                 # The tail goes out in the same write: real servers flush it back to back.
+                data += profile.closing(head, chat=chat)
                 if usage is not None and opts.usage == "separate":
-                    data += _sse({**head, "choices": [], "usage": usage})
+                    data += sse(profile.usage_chunk(head, usage))
                 data += DONE_EVENT
             await stats.pacer.until(t0 + (opts.ttft_ms + i * opts.itl_ms) / 1e3)
             stats.chunks += 1
             await resp.write(data)
-        stats.requests += 1
-        stats.generation_tokens += sum(len(t.split()) for t in texts)
         await resp.write_eof()
-        return resp
+        return resp, True
 
     async def _mid_stream_fault(
         self, request: web.Request, resp: web.StreamResponse, opts: RefOptions
@@ -347,7 +351,7 @@ class ReferenceServer:
                     "code": 500,
                 }
             }
-            await resp.write(_sse(error) + DONE_EVENT)
+            await resp.write(sse(error) + DONE_EVENT)
             await resp.write_eof()
         elif opts.fault == "cut":
             # Closing the socket before the terminating zero-length chunk: a truncated body.
@@ -379,6 +383,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default=MODEL, help="served model name")
+    parser.add_argument("--api-key-env", metavar="NAME", help="require the key in this variable as a bearer token")
+    parser.add_argument("--profile", choices=PROFILES, default="generic", help="whose wire protocol to reproduce")
+    parser.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="simulate a prefix cache (off: a server started with prefix caching disabled)",
+    )
+    parser.add_argument(
+        "--warmup-s", type=float, default=None, help="seconds /health answers 503 after start (sglang: 0.5)"
+    )
     defaults = RefOptions()
     for f in fields(RefOptions):
         default = getattr(defaults, f.name)
@@ -395,8 +410,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = vars(build_parser().parse_args(argv))
     host, port, model = args.pop("host"), args.pop("port"), args.pop("model")
+    profile_name, warmup_s = args.pop("profile"), args.pop("warmup_s")
+    prefix_cache = args.pop("prefix_cache")
+    key_env = args.pop("api_key_env")
+    api_key = os.environ.get(key_env, "") if key_env else None
+    if key_env and not api_key:
+        sys.exit(f"refserver: --api-key-env {key_env}: that variable is not set")
     try:
         options = RefOptions(**args)
+        profile = make_profile(profile_name, warmup_s)
     except ValueError as exc:
         sys.exit(f"refserver: {exc}")
     loop: asyncio.AbstractEventLoop
@@ -406,21 +428,38 @@ def main(argv: list[str] | None = None) -> None:
         loop = uvloop.new_event_loop()
     except ImportError:
         loop = asyncio.new_event_loop()
-    app = ReferenceServer(options, model).app()
+    app = ReferenceServer(options, model, api_key, profile, prefix_cache).app()
     # A short shutdown timeout: stalled handlers would otherwise hold the exit for a minute.
     web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=0.5, loop=loop)
 
 
 @contextlib.contextmanager
-def serve_reference(model: str = MODEL, startup_timeout_s: float = 20.0, **options: Any) -> Iterator[str]:
+def serve_reference(
+    model: str = MODEL,
+    startup_timeout_s: float = 20.0,
+    api_key_env: str | None = None,
+    profile: str = "generic",
+    warmup_s: float | None = None,
+    **options: Any,
+) -> Iterator[str]:
     """Start the reference server in its own process on a free port; yield its base URL.
 
-    ``options`` are :class:`RefOptions` fields. The process is killed on exit: a graceful
-    stop would wait for stalled streams.
+    ``options`` are :class:`RefOptions` fields. ``api_key_env`` names the variable (in this
+    process's environment, which the server inherits) holding the key it then requires.
+    ``profile`` picks whose wire protocol it speaks (:mod:`bakeoff.refprofiles`); it is
+    ready once its ``/health`` answers 200 (SGLang's only after ``warmup_s``).
+    The process is killed on exit: a graceful stop would wait for stalled streams.
     """
     RefOptions(**options)  # reject a typo here rather than as a failed start
+    make_profile(profile, warmup_s)
     port = free_port()
-    argv = [sys.executable, "-m", "bakeoff.refserver", "--port", str(port), "--model", model]
+    argv = [sys.executable, "-m", "bakeoff.refserver", "--port", str(port), "--model", model, "--profile", profile]
+    if warmup_s is not None:
+        argv += ["--warmup-s", str(warmup_s)]
+    headers = {}
+    if api_key_env:
+        argv += ["--api-key-env", api_key_env]
+        headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
     for name, value in options.items():
         if isinstance(value, bool):
             argv.append(_option_flag(name) if value else "--no-" + name.replace("_", "-"))
@@ -439,6 +478,7 @@ def serve_reference(model: str = MODEL, startup_timeout_s: float = 20.0, **optio
                 still_running=lambda: proc.poll() is None,
                 log_path=log_path,
                 what="reference server",
+                headers=headers,
             )
             yield base_url
         finally:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from bakeoff.rehearsal import BANNER, is_rehearsal, marker
 from bakeoff.store import read_json
 
 GLOSSARY = """
@@ -38,6 +39,15 @@ MEMORY_KNOB_NOTE = (
     "SGLang's `--mem-fraction-static` is a share of total memory for weights + KV cache; "
     "TensorRT-LLM's `free_gpu_memory_fraction` is a share of what is free *after* the weights load."
 )
+
+
+REHEARSAL_SUFFIX = " [rehearsal]"
+
+
+def heading(title: str, campaign_dir: Path, level: int = 2) -> str:
+    """A section heading; in a rehearsal every heading says so."""
+    mark = " — REHEARSAL, not a measurement" if is_rehearsal(campaign_dir) else ""
+    return f"{'#' * level} {title}{mark}"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -120,7 +130,13 @@ def _row(cell: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
         "server_hit_rate": pc.get("server_hit_rate"),
         "cached_tokens_ratio": pc.get("cached_tokens_ratio"),
         "reuse_realised": pc.get("reuse_realised"),
+        "cache_emptied_before_run": pc.get("cache_emptied_before_run"),
+        "server_hit_unit": pc.get("server_hit_unit"),
         "interrupted": summary.get("interrupted", False),
+        "rehearsal": bool(summary.get("rehearsal", False)),
+        "short_completions": (summary.get("short_completions") or {}).get("count"),
+        "short_warning": (summary.get("short_completions") or {}).get("warning"),
+        "cache_reset_ok": (summary.get("cache_reset") or {}).get("ok"),
     }
 
 
@@ -140,6 +156,8 @@ def results_frame(campaign_dir: Path) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=["server", "backend", "workload", "run", "mode", "concurrency", "rate", "failed"])
     frame = pd.DataFrame(rows)
+    # A rehearsal's stand-ins carry the mark in every table and legend that names them.
+    frame.loc[frame["rehearsal"], "server"] = frame.loc[frame["rehearsal"], "server"] + REHEARSAL_SUFFIX
     frame = frame.sort_values(["workload", "server", "concurrency", "rate"], na_position="last")
     return frame.reset_index(drop=True)
 
@@ -179,8 +197,9 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
     """Engineering effort per server: build and start times, flags changed, failed starts."""
     rows = []
     seen = set()
+    suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
     for cell in load_cells(campaign_dir):
-        label = cell["server"]["label"]
+        label = cell["server"]["label"] + suffix
         if label in seen:
             continue
         seen.add(label)
@@ -194,11 +213,13 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
                 "engine build s": effort.get("engine_build_s"),
                 "cold start s": effort.get("cold_start_s"),
                 "warm restart s": effort.get("warm_restart_s"),
+                "cache-emptying restarts s": effort.get("cache_restart_s") or None,
                 "flags changed": effort.get("flags_changed"),
                 "config lines": effort.get("config_lines"),
                 "knobs needing rebuild": ", ".join(k for k, v in needs.items() if v == "rebuild") or "-",
                 "knobs needing restart": ", ".join(k for k, v in needs.items() if v == "restart") or "-",
                 "failed starts": len(effort.get("failed_start_attempts", [])),
+                "framework warnings": "; ".join(effort.get("launch_warnings", [])) or "-",
                 "status": cell.get("status"),
             }
         )
@@ -212,7 +233,9 @@ def prefix_cache_table(frame: pd.DataFrame) -> pd.DataFrame:
         "designed_reuse",
         "server_hit_rate",
         "cached_tokens_ratio",
+        "server_hit_unit",
         "reuse_realised",
+        "cache_emptied_before_run",
         "ttft_ms_p50",
     ]
     sub = frame[frame["mode"] == "sessions"] if not frame.empty else frame
@@ -256,7 +279,10 @@ def sweep_figure(frame: pd.DataFrame, workload: str) -> Any:
             ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"workload: {workload}")
+    rehearsal = bool(data["rehearsal"].any()) if "rehearsal" in data else False
+    fig.suptitle(
+        f"workload: {workload}" + (" — REHEARSAL: reference-server stand-ins, not a measurement" if rehearsal else "")
+    )
     fig.tight_layout()
     plt.close(fig)  # shown once, by the notebook's display(), not again by the inline backend
     return fig
@@ -326,7 +352,15 @@ def model_weight_bytes(campaign_dir: Path) -> int | None:
 def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
     """Plain-language findings, following the measure-first bottleneck checklist."""
     notes: list[str] = []
+    if "rehearsal" in frame and frame["rehearsal"].any():
+        notes.append(
+            "Rehearsal: no performance finding is drawn — the servers were reference-server stand-ins. "
+            "Below: only what the rehearsal checks (failed requests, prefix reuse seen through the protocol)."
+        )
     for (workload, server), group in frame.groupby(["workload", "server"], sort=True):
+        if "rehearsal" in group and group["rehearsal"].any():
+            _protocol_notes(notes, workload, server, group)
+            continue
         closed = group[group["mode"] == "closed"].sort_values("concurrency")
         single = closed[closed["concurrency"] == 1]
         if weight_bytes and not single.empty and single.iloc[0]["tpot_ms_p50"]:
@@ -360,22 +394,43 @@ def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
                     f"{ttft_ratio:.1f}x P50 — requests queue for admission; look at max_num_seqs "
                     "and the prefill token budget."
                 )
-        sessions = group[group["mode"] == "sessions"]
-        for _, row in sessions.iterrows():
-            realised = row["reuse_realised"]
-            if realised is not None and not pd.isna(realised) and not bool(realised):
-                notes.append(
-                    f"{server} / {workload}: prefix reuse was designed ({row['designed_reuse']:.0%}) "
-                    "but not realised by the server — prefix caching is off or evicted."
-                )
-        failed = int(group["failed"].sum())
-        if failed:
-            notes.append(f"{server} / {workload}: {failed} failed requests — see the failures table.")
+        _protocol_notes(notes, workload, server, group)
     return notes
+
+
+def _protocol_notes(notes: list[str], workload: object, server: object, group: pd.DataFrame) -> None:
+    """Findings that hold for a rehearsal too: reuse realised or not, failed requests."""
+    sessions = group[group["mode"] == "sessions"]
+    for _, row in sessions.iterrows():
+        realised = row["reuse_realised"]
+        if realised is not None and not pd.isna(realised) and not bool(realised):
+            notes.append(
+                f"{server} / {workload}: prefix reuse was designed ({row['designed_reuse']:.0%}) "
+                "but not realised by the server — prefix caching is off or evicted."
+            )
+    failed = int(group["failed"].sum())
+    if failed:
+        notes.append(f"{server} / {workload}: {failed} failed requests — see the failures table.")
+    if "short_warning" in group:
+        for _, row in group[group["short_warning"].notna()].iterrows():
+            notes.append(f"{server} / {workload} / {row['run']}: {row['short_warning']}")
+    if "cache_reset_ok" in group and (group["cache_reset_ok"] == False).any():  # noqa: E712 (None = no reset)
+        notes.append(
+            f"{server} / {workload}: the prefix-cache reset failed before some runs — their caches "
+            "were not cold; see cache_emptied_before_run in the prefix-cache table."
+        )
 
 
 def campaign_title(campaign_dir: Path) -> str:
     import yaml
 
     spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
-    return f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
+    title = f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
+    rehearsal = marker(campaign_dir)
+    if rehearsal is None:
+        return title
+    title = f"# REHEARSAL of {spec.get('name')} — not a measurement\n\n{spec.get('description', '')}"
+    return (
+        f"{title}\n\n> {BANNER}\n>\n> Campaign: `{rehearsal['source_campaign']}` (scaled down); "
+        f"model on a real run: `{rehearsal['original_model']}`."
+    )

@@ -1,9 +1,11 @@
 """Run request plans against one ready server and leave a complete run folder for each.
 
-For every plan: reset the prefix cache where the backend can, snapshot server counters,
-drive the load while journalling records, snapshot again, then write ``records.parquet``,
-``summary.json`` and ``run.json`` atomically. Ctrl-C stops the load, still writes all of
-that for what was measured, and re-raises so the caller tears the server down.
+For every plan: empty the prefix cache where the backend can (or take the caller's word
+that a restart did), run the warm-up, snapshot server counters, drive the measured load
+while journalling records, wait for the server to drain and snapshot again, then write
+``records.parquet``, ``summary.json`` and ``run.json`` atomically. Both say whether the
+run started from an emptied cache. Ctrl-C stops the load, still writes all of that for
+what was measured, and re-raises so the caller tears the server down.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import platform
 import shutil
 import subprocess
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,14 @@ from bakeoff.store import (
     write_json,
     write_records,
 )
-from bakeoff.telemetry import prefix_cache_from_counters, reset_prefix_cache, scrape
+from bakeoff.telemetry import (
+    CacheReset,
+    Snapshot,
+    prefix_cache_from_counters,
+    reset_prefix_cache,
+    scrape,
+    wait_idle,
+)
 from bakeoff.workloads import RunPlan, designed_reuse
 
 
@@ -51,6 +60,15 @@ class RunTarget:
     server_info: dict[str, Any] = field(default_factory=dict)
     slo: Slo | None = None
     show_progress: bool = True
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The client's headers (an API key among them) go on every scrape and reset too."""
+        return self.settings.headers
+
+
+# How long a counter snapshot waits for the server to finish what the client gave up on.
+SETTLE_S = 10.0
 
 
 def machine_info() -> dict[str, Any]:
@@ -88,10 +106,19 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def prefix_cache_block(plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any]) -> dict[str, Any]:
-    """Designed reuse beside what the server's counters and usage say was realised."""
+def prefix_cache_block(
+    plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any], *, absent_cached_is_zero: bool = False
+) -> dict[str, Any]:
+    """Designed reuse beside what the server's counters and usage say was realised.
+
+    ``absent_cached_is_zero``: the backend reports cached tokens but leaves the field out
+    when there were none (SGLang), so a server usage without it counts as 0 cached tokens
+    rather than dropping the request from the ratio.
+    """
     measured = [r for r in records if r.ok and not r.warmup]
-    reporting = [r for r in measured if r.cached_tokens is not None]
+    reporting = [
+        r for r in measured if r.cached_tokens is not None or (absent_cached_is_zero and r.usage_source == "server")
+    ]
     prompt = sum(r.prompt_tokens for r in reporting)
     cached_ratio = sum(r.cached_tokens or 0 for r in reporting) / prompt if reporting and prompt else None
     designed = designed_reuse(plan)
@@ -103,24 +130,57 @@ def prefix_cache_block(plan: RunPlan, records: list[RequestRecord], counters: di
     return block
 
 
-def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, Any]:
-    """Run one plan into ``run_dir`` and return its summary."""
+def empty_cache(target: RunTarget) -> CacheReset:
+    """Empty the server's prefix cache where an endpoint can; say what happened either way."""
+    backend = target.backend
+    if backend is None:
+        return CacheReset("none", None, 0, "unknown server: its cache was left as it was")
+    if backend.cache_reset.kind == "http":
+        return reset_prefix_cache(target.settings.base_url, backend, headers=target.headers)
+    return CacheReset(backend.cache_reset.kind, None, 0, "not restarted before this run: its cache was left as it was")
+
+
+def _snapshot(target: RunTarget) -> Snapshot:
+    """Server counters once the server has nothing in flight (bounded wait)."""
+    backend = target.backend
+    if backend is None:
+        return {}
+    base_url = target.settings.base_url
+    wait_idle(base_url, backend, timeout_s=SETTLE_S, headers=target.headers)
+    return scrape(base_url, backend, headers=target.headers)
+
+
+def execute_plan(
+    plan: RunPlan, target: RunTarget, run_dir: Path, *, cache_state: CacheReset | None = None
+) -> dict[str, Any]:
+    """Run one plan into ``run_dir`` and return its summary.
+
+    ``cache_state``: how the caller already emptied the cache (a server restart); without
+    it the cache is reset through the backend's endpoint, where it has one.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     # A re-run replaces the run: its journal must not append to the previous one's.
     for name in (RECORDS_JOURNAL, RECORDS_PARQUET, SUMMARY, RUN_INFO):
         (run_dir / name).unlink(missing_ok=True)
     backend = target.backend
     base_url = target.settings.base_url
-    cache_reset = reset_prefix_cache(base_url, backend) if backend is not None else False
-    before = scrape(base_url, backend) if backend is not None else {}
+    cache = cache_state if cache_state is not None else empty_cache(target)
+    snapshots: dict[str, Snapshot] = {}
+
+    def measure_start() -> None:
+        # After warm-up: server counters must cover what cached_tokens_ratio covers.
+        snapshots["before"] = _snapshot(target)
+
     started = dt.datetime.now(dt.UTC).isoformat()
     interrupted = False
     with RecordJournal(run_dir / RECORDS_JOURNAL) as journal:
         try:
-            run_coroutine(_drive(plan, target, journal))
+            run_coroutine(_drive(plan, target, journal, measure_start))
         except KeyboardInterrupt:
             interrupted = True
-    after = scrape(base_url, backend) if backend is not None else {}
+    before = snapshots.get("before", {})
+    # After Ctrl-C the user wants out: no waiting for the server to drain.
+    after = scrape(base_url, backend, headers=target.headers) if interrupted and backend else _snapshot(target)
     records = read_journal(run_dir / RECORDS_JOURNAL)
     write_records(run_dir / RECORDS_PARQUET, records)
     summary = summarize(records, target.slo)
@@ -134,10 +194,16 @@ def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, A
         "rate": plan.rate,
     }
     summary["interrupted"] = interrupted
-    if plan.mode == "sessions" and backend is not None:
-        summary["prefix_cache"] = prefix_cache_block(plan, records, prefix_cache_from_counters(before, after, backend))
-    elif plan.mode == "sessions":
-        summary["prefix_cache"] = prefix_cache_block(plan, records, {"server_hit_rate": None})
+    # A reference-server stand-in (campaign run --rehearse): never to be read as a measurement.
+    summary["rehearsal"] = target.server_info.get("kind") == "rehearsal"
+    summary["cache_reset"] = cache.to_json()
+    if plan.mode == "sessions":
+        counters = prefix_cache_from_counters(before, after, backend) if backend else {"server_hit_rate": None}
+        absent_is_zero = backend is not None and backend.request.reports_cached_tokens
+        block = prefix_cache_block(plan, records, counters, absent_cached_is_zero=absent_is_zero)
+        # False: the reset failed, so hits may include what earlier runs left in the cache.
+        block["cache_emptied_before_run"] = cache.ok
+        summary["prefix_cache"] = block
     write_json(run_dir / SUMMARY, summary)
     write_json(
         run_dir / RUN_INFO,
@@ -152,8 +218,12 @@ def execute_plan(plan: RunPlan, target: RunTarget, run_dir: Path) -> dict[str, A
                 "request_timeout_s": target.settings.request_timeout_s,
                 "stall_timeout_s": target.settings.stall_timeout_s,
                 "exact_prompt_lengths": target.settings.count_tokens is not None,
+                "min_tokens": target.settings.min_tokens,
+                # Names only: values may hold the API key.
+                "header_names": sorted(target.settings.headers),
             },
-            "prefix_cache_reset_before_run": cache_reset,
+            "prefix_cache_reset_before_run": cache.ok is True,
+            "cache_reset": cache.to_json(),
             "machine": machine_info(),
             "versions": versions(),
             "started_at": started,
@@ -216,9 +286,13 @@ def run_coroutine(coro: Coroutine[Any, Any, None]) -> None:
         raise errors[0]
 
 
-async def _drive(plan: RunPlan, target: RunTarget, journal: RecordJournal) -> None:
+async def _drive(
+    plan: RunPlan, target: RunTarget, journal: RecordJournal, on_measure_start: Callable[[], None]
+) -> None:
     async with StreamingClient(target.settings) as client:
-        await run_plan(client, plan, journal.append, show_progress=target.show_progress)
+        await run_plan(
+            client, plan, journal.append, show_progress=target.show_progress, on_measure_start=on_measure_start
+        )
 
 
 def salvage_runs(root: Path, slo: Slo | None = None) -> list[Path]:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bakeoff.auth import env_name_problem, header_problem
 from bakeoff.errors import SpecError
 
 Endpoint = Literal["completions", "chat"]
@@ -60,6 +61,17 @@ def _as_length(value: object) -> object:
     return value
 
 
+# A rehearsal streams at most this many tokens per request: enough chunks to exercise
+# every protocol path, few enough that concurrency 256 stays quick on two cores.
+REHEARSAL_MAX_OUTPUT = 32
+
+
+def _rehearsal_length(dist: LengthDist) -> LengthDist:
+    if dist.upper <= REHEARSAL_MAX_OUTPUT:
+        return dist
+    return LengthDist(dist="fixed", mean=REHEARSAL_MAX_OUTPUT)
+
+
 class _WorkloadBase(Strict):
     name: str = Field(default="", description="label used in folder names; defaults to the kind")
     endpoint: Endpoint = "completions"
@@ -72,6 +84,10 @@ class _WorkloadBase(Strict):
     @property
     def label(self) -> str:
         return self.name or str(getattr(self, "kind", "workload"))
+
+    def for_rehearsal(self) -> _WorkloadBase:
+        """A few requests of the same shape: a rehearsal proves the path, it measures nothing."""
+        return self.model_copy(update={"warmup_requests": min(self.warmup_requests, 2)})
 
 
 class _SampledLengths(_WorkloadBase):
@@ -90,11 +106,26 @@ class ConcurrencySweep(_SampledLengths):
     kind: Literal["concurrency"] = "concurrency"
     levels: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)]
     requests_per_level: Annotated[int, Field(gt=0)] | None = None
+    requests_per_slot: Annotated[int, Field(gt=0)] = Field(
+        default=10, description="requests per level = this x concurrency, unless requests_per_level is set"
+    )
     duration_s: Annotated[float, Field(gt=0)] | None = None
 
     def requests_for(self, concurrency: int) -> int:
         """Default of ten requests per slot keeps each level past its ramp-up."""
-        return self.requests_per_level or 10 * concurrency
+        return self.requests_per_level or self.requests_per_slot * concurrency
+
+    def for_rehearsal(self) -> ConcurrencySweep:
+        # One request per slot: every level still reaches its concurrency.
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "requests_per_level": None,
+                "requests_per_slot": 1,
+                "duration_s": None,
+                "output_len": _rehearsal_length(self.output_len),
+            }
+        )
 
 
 class OpenLoop(_SampledLengths):
@@ -109,6 +140,16 @@ class OpenLoop(_SampledLengths):
     slo_search: bool = Field(default=False, description="then search the highest rate meeting the SLO")
     search_steps: Annotated[int, Field(ge=1, le=12)] = 4
     search_tolerance: Annotated[float, Field(gt=0)] = 0.15
+
+    def for_rehearsal(self) -> OpenLoop:
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "requests_per_rate": min(self.requests_per_rate, 12),
+                "search_steps": 1,
+                "output_len": _rehearsal_length(self.output_len),
+            }
+        )
 
 
 class MultiTurn(_WorkloadBase):
@@ -126,6 +167,17 @@ class MultiTurn(_WorkloadBase):
     warmup_requests: Annotated[int, Field(ge=0)] = 0
     verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
 
+    def for_rehearsal(self) -> MultiTurn:
+        return self.model_copy(
+            update={
+                "conversations": min(self.conversations, 4),
+                "turns": min(self.turns, 3),
+                "concurrency": min(self.concurrency, 4),
+                "think_time_s": 0.0,
+                "output_len": min(self.output_len, REHEARSAL_MAX_OUTPUT),
+            }
+        )
+
 
 class LongPromptMix(_WorkloadBase):
     """Short interactive requests at a steady rate with long prompts arriving among them."""
@@ -138,6 +190,16 @@ class LongPromptMix(_WorkloadBase):
     long_every: Annotated[int, Field(gt=0)] = 8
     long_input_len: Annotated[int, Field(gt=0)] = 8000
     long_output_len: Annotated[int, Field(gt=0)] = 8
+
+    def for_rehearsal(self) -> LongPromptMix:
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "short_requests": min(self.short_requests, 16),
+                "short_output_len": min(self.short_output_len, REHEARSAL_MAX_OUTPUT),
+                "long_output_len": min(self.long_output_len, REHEARSAL_MAX_OUTPUT),
+            }
+        )
 
 
 Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix, Field(discriminator="kind")]
@@ -155,24 +217,45 @@ class Slo(Strict):
     e2e_ms: Annotated[float, Field(gt=0)] | None = None
 
 
+_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
 class ModelRef(Strict):
-    """Which model to serve: a generated preset or a path to a Hugging Face folder."""
+    """Which model to serve: a generated preset, a Hugging Face folder, or a Hugging Face model id.
+
+    ``hf_id`` (``meta-llama/Llama-3.1-8B-Instruct``) is served the way users run the
+    official images: the id as the model argument, the user's Hugging Face cache mounted,
+    ``HF_TOKEN`` passed through from the environment. See :mod:`bakeoff.model_source`.
+    """
 
     preset: Literal["tiny", "small"] | None = None
     path: Path | None = None
+    hf_id: str | None = Field(default=None, description="Hugging Face model id, e.g. org/name")
     served_name: str = "bakeoff-model"
     context_len: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="context length, for validating before the model folder is present"
     )
+    draft_path: Path | None = Field(
+        default=None,
+        description="draft model folder (EAGLE head or small model) for speculative knobs; mounted at /draft",
+    )
+
+    @field_validator("hf_id")
+    @classmethod
+    def _hf_id(cls, value: str | None) -> str | None:
+        if value is not None and (not _HF_ID.match(value) or ".." in value or "--" in value):
+            raise ValueError(f"{value!r} is not a Hugging Face model id; write it as org/name")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelRef:
-        if (self.preset is None) == (self.path is None):
-            raise ValueError("set exactly one of 'preset' (tiny|small) or 'path'")
+        if sum(v is not None for v in (self.preset, self.path, self.hf_id)) != 1:
+            raise ValueError("set exactly one of 'preset' (tiny|small), 'path' or 'hf_id'")
         return self
 
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_BASE_URL = re.compile(r"^https?://[^/\s:]+(:\d{1,5})?(/\S*)?$")
 
 
 class ServerConfig(Strict):
@@ -186,6 +269,40 @@ class ServerConfig(Strict):
         default=None, description="this server's packaging of the campaign model (e.g. a ModelOpt checkpoint)"
     )
     url: str | None = Field(default=None, description="benchmark an already running server")
+    api_key_env: str | None = Field(
+        default=None, description="environment variable holding the server's API key (sent as a bearer token)"
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="extra headers on every request")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not _BASE_URL.match(value):
+            raise ValueError(f"{value!r} is not a base URL; write it as http(s)://host[:port][/prefix]")
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env(cls, value: str | None) -> str | None:
+        problem = None if value is None else env_name_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}; name the variable, never the key itself")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            problem = header_problem(name, text)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> ServerConfig:
+        if self.api_key_env is not None and any(n.lower() == "authorization" for n in self.headers):
+            raise ValueError("api_key_env and headers.Authorization both set the key; keep one of them")
+        return self
 
     @model_validator(mode="after")
     def _label(self) -> ServerConfig:

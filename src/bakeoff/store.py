@@ -99,6 +99,7 @@ _SCHEMA = pa.schema(
         ("chunk_chars", pa.list_(pa.int64())),
         ("chunk_tokens", pa.list_(pa.int64())),
         ("prompt_tokens", pa.int64()),
+        ("max_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
         ("cached_tokens", pa.int64()),
         ("usage_source", pa.string()),

@@ -1,20 +1,47 @@
-"""Server-side counters: scrape a backend's metrics endpoint and difference two snapshots.
+"""Server-side counters and cache control: scrape, difference, wait for idle, empty the prefix cache.
 
 Prometheus text (vLLM, SGLang, llama.cpp, TensorRT-LLM's ``/prometheus/metrics``) is
 parsed into ``name -> value`` with label sets summed, which is what run-level counters
 need. A scrape that fails returns an empty snapshot: telemetry never fails a run.
+
+Run-level rates come from counters differenced over the measured window, never from a
+gauge: SGLang's ``sglang:cache_hit_rate`` and TensorRT-LLM's ``trtllm_kv_cache_hit_rate``
+describe the last batch only, so one reading says nothing about a run. The prefix-cache
+hit rate is hits / queries, in tokens (``prefix_cache_hits`` / ``prefix_cache_queries``)
+or, for TensorRT-LLM, in KV blocks (reused / (reused + missed)).
+
+Emptying the cache is checked, not assumed: vLLM's ``/reset_prefix_cache`` can answer
+HTTP 200 with ``{"success": false}`` while blocks are still held, and SGLang's
+``/flush_cache`` is refused (HTTP 400) while requests run. A refused reset is retried
+once after the server reports nothing running, and the outcome is returned so the run
+can say whether it started from a cold cache.
+
+Every HTTP helper takes ``headers`` (an API key's ``Authorization``, for instance); they
+are sent and never logged or returned.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bakeoff.backends import BackendSpec
 
 Snapshot = dict[str, float]
+
+# (hits, queries, unit) by logical name, first match wins. Queries may be a sum (a + b).
+_PREFIX_COUNTERS = (
+    ("prefix_cache_hits", ("prefix_cache_queries",), "tokens"),
+    ("kv_cache_reused_blocks", ("kv_cache_reused_blocks", "kv_cache_missed_blocks"), "blocks"),
+)
+# HTTP statuses that no amount of waiting changes: the endpoint is missing or forbidden.
+_PERMANENT = {401, 403, 404, 405}
 
 
 def parse_prometheus(text: str) -> Snapshot:
@@ -38,12 +65,15 @@ def parse_prometheus(text: str) -> Snapshot:
     return values
 
 
-def scrape(base_url: str, backend: BackendSpec, timeout_s: float = 5.0) -> Snapshot:
+def scrape(
+    base_url: str, backend: BackendSpec, timeout_s: float = 5.0, *, headers: Mapping[str, str] | None = None
+) -> Snapshot:
     spec = backend.metrics
     if spec.path is None or spec.format != "prometheus":
         return {}
+    request = urllib.request.Request(base_url.rstrip("/") + spec.path, headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(base_url.rstrip("/") + spec.path, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return parse_prometheus(resp.read().decode(errors="replace"))
     except (urllib.error.URLError, OSError, TimeoutError):
         return {}
@@ -80,28 +110,133 @@ def counter_delta(before: Snapshot, after: Snapshot, backend: BackendSpec, name:
     return end - start
 
 
+def has_prefix_cache_counters(backend: BackendSpec) -> bool:
+    """The backend maps counters from which a run-level hit rate can be computed."""
+    names = backend.metrics.names
+    return any(hits in names and all(q in names for q in queries) for hits, queries, _ in _PREFIX_COUNTERS)
+
+
 def prefix_cache_from_counters(before: Snapshot, after: Snapshot, backend: BackendSpec) -> dict[str, Any]:
-    """Server-side hit rate over a run: hits / queries in tokens, or the backend's own rate."""
-    hits = counter_delta(before, after, backend, "prefix_cache_hits")
-    queries = counter_delta(before, after, backend, "prefix_cache_queries")
-    if hits is not None and queries is not None:
+    """Server-side hit rate over the measured window: hits / queries, both differenced.
+
+    None when the backend exposes no such counters (or a scrape failed): a gauge is not a
+    stand-in for a run.
+    """
+    names = backend.metrics.names
+    for hits_name, query_names, unit in _PREFIX_COUNTERS:
+        if hits_name not in names or not all(q in names for q in query_names):
+            continue
+        hits = counter_delta(before, after, backend, hits_name)
+        parts = [counter_delta(before, after, backend, q) for q in query_names]
+        if hits is None or any(p is None for p in parts):
+            break
+        queries = sum(p for p in parts if p is not None)
         # No lookups at all (prefix caching off) means nothing was served from cache.
         rate = hits / queries if queries else 0.0
-        return {"server_hit_rate": rate, "server_hits": hits, "server_queries": queries}
-    own_rate = logical(after, backend, "cache_hit_rate")
-    return {"server_hit_rate": own_rate, "server_hits": None, "server_queries": None}
+        return {"server_hit_rate": rate, "server_hits": hits, "server_queries": queries, "server_hit_unit": unit}
+    return {"server_hit_rate": None, "server_hits": None, "server_queries": None, "server_hit_unit": None}
 
 
-def reset_prefix_cache(base_url: str, backend: BackendSpec, timeout_s: float = 30.0) -> bool:
-    """Call the backend's cache-reset endpoint; False when it has none (restart instead)."""
+def in_flight(snapshot: Snapshot, backend: BackendSpec) -> float | None:
+    """Requests running plus waiting, None when the backend does not say."""
+    running = logical(snapshot, backend, "running")
+    if running is None:
+        return None
+    return running + (logical(snapshot, backend, "waiting") or 0.0)
+
+
+def wait_idle(
+    base_url: str,
+    backend: BackendSpec,
+    *,
+    timeout_s: float = 60.0,
+    interval_s: float = 0.25,
+    headers: Mapping[str, str] | None = None,
+) -> bool | None:
+    """Poll the metrics until nothing runs or waits; None when the backend cannot tell.
+
+    Bounded: False after ``timeout_s`` with requests still in flight.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        count = in_flight(scrape(base_url, backend, headers=headers), backend)
+        if count is None:
+            return None
+        if count <= 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+@dataclass(frozen=True)
+class CacheReset:
+    """Whether the prefix cache was emptied before a run, and how that was found out.
+
+    ``ok``: True emptied (or a fresh server); False tried and failed, so the run may have
+    started on a warm cache; None not attempted (nothing to empty, or no way to).
+    """
+
+    kind: str  # the backend's cache_reset kind: http | restart | none
+    ok: bool | None
+    attempts: int = 0
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reset_prefix_cache(
+    base_url: str,
+    backend: BackendSpec,
+    timeout_s: float = 30.0,
+    *,
+    idle_timeout_s: float = 60.0,
+    headers: Mapping[str, str] | None = None,
+) -> CacheReset:
+    """Call the backend's cache-reset endpoint; a refusal is retried once the server is idle."""
     spec = backend.cache_reset
     if spec.kind != "http" or spec.path is None:
-        return False
+        return CacheReset(spec.kind, None, 0, "no reset endpoint: only a restart empties this cache")
+    url = base_url.rstrip("/") + spec.path
+    ok, answer, status = _post_reset(url, spec.method, timeout_s, headers)
+    if ok:
+        return CacheReset("http", True, 1, answer)
+    if status in _PERMANENT:
+        return CacheReset("http", False, 1, f"{answer}; not retried: the endpoint is missing or forbidden")
+    idle = wait_idle(base_url, backend, timeout_s=idle_timeout_s, headers=headers)
+    waited = {True: "once idle", False: f"still busy after {idle_timeout_s:g} s", None: "(idle unknown)"}[idle]
+    ok, second, _ = _post_reset(url, spec.method, timeout_s, headers)
+    detail = f"first refused ({answer}); retried {waited}: {second}"
+    return CacheReset("http", ok, 2, detail)
+
+
+def _post_reset(
+    url: str, method: str, timeout_s: float, headers: Mapping[str, str] | None
+) -> tuple[bool, str, int | None]:
+    """One reset call: (emptied?, what the server said, HTTP status)."""
     request = urllib.request.Request(
-        base_url.rstrip("/") + spec.path, method=spec.method, data=b"" if spec.method == "POST" else None
+        url, method=method, data=b"" if method == "POST" else None, headers=dict(headers or {})
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            return bool(200 <= resp.status < 300)
-    except (urllib.error.URLError, OSError, TimeoutError):
+            status, body = int(resp.status), resp.read(4096).decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        body = exc.read(4096).decode(errors="replace") if exc.fp is not None else ""
+        return False, f"HTTP {exc.code} {body.strip()[:200]}".rstrip(), exc.code
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        return False, f"no answer: {exc}", None
+    if not 200 <= status < 300:
+        return False, f"HTTP {status} {body.strip()[:200]}".rstrip(), status
+    if _says_failed(body):
+        # vLLM: 200 with {"success": false} while running requests still hold blocks.
+        return False, f"HTTP {status} {body.strip()[:200]}", status
+    return True, f"HTTP {status}", status
+
+
+def _says_failed(body: str) -> bool:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
         return False
+    return isinstance(parsed, dict) and parsed.get("success") is False

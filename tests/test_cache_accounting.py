@@ -1,0 +1,86 @@
+"""Prefix-cache accounting of a run end to end against a server with SGLang's accounting.
+
+Each test here failed before its fix: requests without ``prompt_tokens_details`` dropped
+out of ``cached_tokens_ratio``; the server hit rate came from the last-batch gauge; the
+counters' "before" snapshot was taken before warm-up; a refused cache reset passed as a
+cold cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff.backends import load_backend
+from bakeoff.client import ClientSettings, PlannedRequest
+from bakeoff.records import RequestRecord
+from bakeoff.runner import RunTarget, execute_plan, prefix_cache_block
+from bakeoff.store import RUN_INFO, read_json
+from bakeoff.workloads import RunPlan, SessionPlan
+from fake_sglang import FakeState, serve_fake
+
+SYSTEM = " ".join(f"sys{i}" for i in range(16))
+
+
+def sessions_plan(warmup: int = 0) -> RunPlan:
+    sessions = [SessionPlan(i, SYSTEM, [f"hello u{i} t{t} a b c d" for t in range(2)], 7, 4, 0.0) for i in range(3)]
+    warm = [
+        PlannedRequest(-1 - i, "chat", 4, messages=[{"role": "user", "content": f"warm {i} " * 12}])
+        for i in range(warmup)
+    ]
+    return RunPlan(
+        "sessions", "sessions", {"turns": 2}, concurrency=1, sessions=sessions, warmup=warm, system_prompt_tokens=16
+    )
+
+
+def run(url: str, plan: RunPlan, tmp_path: Path, backend: str = "sglang") -> dict[str, Any]:
+    target = RunTarget(ClientSettings(base_url=url, model="m"), load_backend(backend), show_progress=False)
+    return execute_plan(plan, target, tmp_path / plan.name)
+
+
+def test_ratio_hit_rate_and_counters_cover_the_same_measured_requests(tmp_path: Path) -> None:
+    state = FakeState()
+    with serve_fake(state) as url:
+        summary = run(url, sessions_plan(warmup=2), tmp_path)
+    block = summary["prefix_cache"]
+    # The first turn of the first conversation had nothing cached and no details in usage:
+    # it still counts (as 0) in the ratio, so ratio and counters agree exactly.
+    assert block["cached_tokens_ratio"] == pytest.approx(block["server_hit_rate"])
+    assert block["server_hit_unit"] == "tokens"
+    # The counters cover the measured requests only, not the warm-up (2 x 24 words).
+    assert block["server_queries"] == state.prompt_total - 2 * 24
+    assert block["server_hit_rate"] != pytest.approx(state.last_rate)  # not the gauge
+    assert summary["cache_reset"]["ok"] is True
+
+
+def test_absent_cached_tokens_count_as_zero_only_for_backends_that_report_them() -> None:
+    plan = sessions_plan()
+    records = [
+        RequestRecord(1, prompt_tokens=100, cached_tokens=None, usage_source="server"),
+        RequestRecord(2, prompt_tokens=100, cached_tokens=80, usage_source="server"),
+        RequestRecord(3, prompt_tokens=100, cached_tokens=None, usage_source="tokenizer"),
+    ]
+    reported = prefix_cache_block(plan, records, {}, absent_cached_is_zero=True)
+    assert reported["cached_tokens_ratio"] == pytest.approx(80 / 200)
+    unknown = prefix_cache_block(plan, records, {}, absent_cached_is_zero=False)
+    assert unknown["cached_tokens_ratio"] == pytest.approx(80 / 100)
+
+
+def test_a_reset_that_stays_refused_marks_the_run(tmp_path: Path) -> None:
+    state = FakeState(refuse_resets=2)
+    with serve_fake(state) as url:
+        summary = run(url, sessions_plan(), tmp_path)
+    assert summary["cache_reset"]["ok"] is False and summary["cache_reset"]["attempts"] == 2
+    assert summary["prefix_cache"]["cache_emptied_before_run"] is False
+    info = read_json(tmp_path / "sessions" / RUN_INFO)
+    assert info["prefix_cache_reset_before_run"] is False and info["cache_reset"]["ok"] is False
+
+
+def test_a_reset_refused_while_busy_succeeds_once_idle(tmp_path: Path) -> None:
+    state = FakeState(refuse_resets=1, running_polls=2)
+    with serve_fake(state) as url:
+        summary = run(url, sessions_plan(), tmp_path)
+    assert summary["cache_reset"]["ok"] is True and summary["cache_reset"]["attempts"] == 2
+    assert read_json(tmp_path / "sessions" / RUN_INFO)["prefix_cache_reset_before_run"] is True

@@ -1,0 +1,140 @@
+"""``cache_reset: restart``: a cell's server is restarted before a run that needs a cold cache."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff import campaign
+from bakeoff.backends import RenderedLaunch, load_backend
+from bakeoff.cell_server import CellServer, needs_cold_cache, prompt_keys
+from bakeoff.client import PlannedRequest
+from bakeoff.errors import LaunchError
+from bakeoff.launch import ServerHandle
+from bakeoff.specs import ConcurrencySweep, ServerConfig, Slo
+from bakeoff.store import read_json
+from bakeoff.workloads import RunPlan, SessionPlan, save_plans
+from fake_sglang import FakeState, serve_fake
+
+
+def closed(name: str, words: str) -> RunPlan:
+    reqs = [PlannedRequest(i, "chat", 2, messages=[{"role": "user", "content": f"{words} {i}"}]) for i in range(3)]
+    return RunPlan(name, "closed", {}, concurrency=1, requests=reqs)
+
+
+def sessions() -> RunPlan:
+    return RunPlan("sessions", "sessions", {}, concurrency=1, sessions=[SessionPlan(0, "sys", ["hi"], 1, 2, 0.0)])
+
+
+class Starts:
+    """A stand-in for campaign.start_server that serves the fake and counts starts."""
+
+    def __init__(self, tmp: Path, backend_name: str = "llamacpp", fail_on: int = 0) -> None:
+        self.fail_on = fail_on  # this start (1-based) fails as a real failed start would
+        self.count = 0
+        self.urls: list[str] = []
+        self.tmp = tmp
+        self.backend = load_backend(backend_name)
+
+    @contextlib.contextmanager
+    def __call__(self, *args: object) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
+        self.count += 1
+        if self.count == self.fail_on:
+            raise LaunchError("server exited during startup")
+        with serve_fake(FakeState()) as url:
+            self.urls.append(url)
+            handle = ServerHandle(url, "m", self.tmp / "server.log", "fake", 0.01, "process")
+            yield handle, RenderedLaunch(self.backend, ["fake"], {}, None, {})
+
+
+def test_a_run_needs_a_cold_cache_when_it_measures_reuse_or_repeats_a_prompt() -> None:
+    first, other = closed("c1", "alpha"), closed("c2", "beta")
+    sent = prompt_keys(first)
+    assert not needs_cold_cache(other, sent)
+    assert needs_cold_cache(closed("replay", "alpha"), sent)
+    assert needs_cold_cache(sessions(), set())
+
+
+def test_restart_backend_is_restarted_only_before_runs_that_need_it(tmp_path: Path) -> None:
+    starts = Starts(tmp_path)
+    restarts: list[dict[str, Any]] = []
+    with CellServer(starts, starts.backend, restarts) as server:
+        first = server.prepare(closed("c1", "alpha"))
+        assert first is not None and first.ok is True and "fresh" in first.detail
+        server.ran(closed("c1", "alpha"))
+        fresh_prompts = server.prepare(closed("c2", "beta"))
+        assert fresh_prompts is not None and fresh_prompts.ok is None and starts.count == 1
+        server.ran(closed("c2", "beta"))
+        replay = server.prepare(closed("replay", "alpha"))
+        assert replay is not None and replay.ok is True and "restarted" in replay.detail
+        assert starts.count == 2 and server.current()[0].base_url == starts.urls[1]
+    assert [r["before_run"] for r in restarts] == ["replay"] and restarts[0]["start_s"] >= 0
+
+
+def test_http_reset_backends_are_left_to_the_runner(tmp_path: Path) -> None:
+    starts = Starts(tmp_path, "sglang")
+    with CellServer(starts, starts.backend, []) as server:
+        server.ran(sessions())
+        assert server.prepare(sessions()) is None and starts.count == 1
+
+
+def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    starts = Starts(tmp_path)
+    wl = ConcurrencySweep(levels=[1], requests_per_level=3, warmup_requests=0, input_len=4, output_len=2)
+    cell = campaign.Cell(ServerConfig(backend="llamacpp", label="l"), starts.backend, wl)
+    plans = [closed("c1", "alpha"), closed("c2", "beta"), closed("replay", "alpha")]
+    restarts: list[dict[str, Any]] = []
+    effort: dict[str, Any] = {"server": {"backend": "llamacpp"}}
+    summaries: dict[str, Any] = {}
+    with CellServer(starts, starts.backend, restarts) as server:
+        campaign._run_plans(cell, Slo(), plans, lambda text: 1, server, tmp_path, effort, {}, summaries)
+    assert starts.count == 2 and len(restarts) == 1
+    assert [summaries[p]["cache_reset"]["ok"] for p in ("c1", "c2", "replay")] == [True, None, True]
+    assert all(summaries[p]["requests"]["ok"] == 3 for p in summaries)
+
+
+def write_campaign(folder: Path) -> None:
+    """A prepared campaign folder: one llama.cpp server, plans c1 and a replay of c1."""
+    (folder / campaign.CAMPAIGN_COPY).write_text(
+        "name: t\nmodel: {preset: tiny}\nmeasure_warm_restart: true\n"
+        "servers: [{backend: llamacpp, label: l}]\n"
+        "workloads: [{kind: concurrency, name: sweep, levels: [1], input_len: 4, output_len: 2}]\n"
+    )
+    save_plans([closed("c1", "alpha"), closed("replay", "alpha")], folder / "plans" / "sweep")
+
+
+def test_run_cell_times_restarts_into_effort_and_retries_a_failed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
+) -> None:
+    write_campaign(tmp_path)
+    starts = Starts(tmp_path, fail_on=2)  # the restart before "replay" fails once
+    monkeypatch.setattr(campaign, "start_server", starts)
+    summaries = campaign.run_cell(tmp_path, "l", "sweep")
+    # Start 1 ran c1; its restart failed (a failed start, retried); start 3 is fresh, so
+    # "replay" ran there without another restart, and c1 was not run again. Start 4 times
+    # the warm restart, since no cache restart did.
+    assert starts.count == 4 and set(summaries) == {"c1", "replay"}
+    effort = read_json(tmp_path / "cells" / "l__sweep" / campaign.CELL_INFO)["effort"]
+    assert len(effort["failed_start_attempts"]) == 1 and effort["cache_restarts"] == []
+    assert summaries["replay"]["cache_reset"]["detail"].startswith("fresh server")
+    assert effort["warm_restart_s"] is not None
+    run = read_json(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json")
+    assert run["effort"]["cache_restarts"] == [] and run["effort"]["cache_restart_s"] == 0
+
+
+def test_run_cell_reuses_a_cache_restart_as_the_warm_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
+) -> None:
+    write_campaign(tmp_path)
+    starts = Starts(tmp_path)
+    monkeypatch.setattr(campaign, "start_server", starts)
+    summaries = campaign.run_cell(tmp_path, "l", "sweep")
+    assert starts.count == 2 and summaries["replay"]["cache_reset"]["ok"] is True
+    effort = read_json(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json")["effort"]
+    assert [r["before_run"] for r in effort["cache_restarts"]] == ["replay"]
+    assert effort["warm_restart_s"] == effort["cache_restarts"][0]["start_s"]
+    assert effort["cache_restart_s"] >= effort["warm_restart_s"]

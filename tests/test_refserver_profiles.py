@@ -1,0 +1,367 @@
+"""The reference server's framework profiles: each framework's wire behaviour, as bakeoff sees it.
+
+Most tests run the aiohttp application in-process (``aiohttp.test_utils.TestServer``) and
+read the raw bytes a real client would get; the last ones drive bakeoff's own
+:class:`StreamingClient` against each profile, and one starts the server process the way a
+rehearsal does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
+from bakeoff.records import RequestRecord
+from bakeoff.refcache import PrefixCache
+from bakeoff.refprofiles import SglangProfile, make_profile
+from bakeoff.refserver import ReferenceServer, RefOptions, serve_reference
+from bakeoff.refwire import WireProfile
+from bakeoff.telemetry import parse_prometheus
+
+MODEL = "served-name"
+FAST = RefOptions(ttft_ms=5.0, itl_ms=1.0)
+SLOW = '{"ttft_ms": 600, "itl_ms": 1}'  # a request that stays running while the test pokes the server
+PROMPT = " ".join(f"p{i}" for i in range(70))
+BACKENDS = Path(__file__).resolve().parents[1] / "backends"
+
+
+@asynccontextmanager
+async def serving(profile: WireProfile) -> AsyncIterator[str]:
+    server = TestServer(ReferenceServer(FAST, MODEL, profile=profile).app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+def run(profile: str | WireProfile, check: Callable[[str, aiohttp.ClientSession], Awaitable[None]]) -> None:
+    async def main() -> None:
+        wire = make_profile(profile) if isinstance(profile, str) else profile
+        async with serving(wire) as url, aiohttp.ClientSession() as session:
+            await check(url, session)
+
+    asyncio.run(main())
+
+
+def body(chat: bool, *, stream: bool = True, **extra: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"model": MODEL, "max_tokens": 4, "stream": stream, "ignore_eos": True}
+    if stream:
+        obj["stream_options"] = {"include_usage": True}
+    obj.update({"messages": [{"role": "user", "content": PROMPT}]} if chat else {"prompt": PROMPT})
+    obj.update(extra)
+    return obj
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    chat: bool,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    async with session.post(url + path, data=orjson.dumps(payload), headers=headers) as resp:
+        return resp.status, await resp.read()
+
+
+def events(raw: bytes) -> list[Any]:
+    """The ``data:`` payloads of a stream, parsed; ``[DONE]`` kept as the string."""
+    out: list[Any] = []
+    for block in raw.split(b"\n\n"):
+        if block.startswith(b"data: "):
+            payload = block[len(b"data: ") :].strip()
+            out.append(payload.decode() if payload == b"[DONE]" else orjson.loads(payload))
+    return out
+
+
+async def metrics(session: aiohttp.ClientSession, url: str) -> tuple[str, dict[str, float]]:
+    async with session.get(url) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    return text, parse_prometheus(text)
+
+
+def types(text: str) -> dict[str, str]:
+    return {parts[2]: parts[3] for line in text.splitlines() if (parts := line.split()) and line.startswith("# TYPE")}
+
+
+# --- the prefix cache ----------------------------------------------------------------------
+
+
+def test_cache_granularity_and_the_last_token() -> None:
+    words = [f"w{i}" for i in range(32)]
+    vllm = PrefixCache(16, keep_last=True)
+    assert [vllm.lookup(words), vllm.lookup(words)] == [0, 16]  # the 32nd token is always computed
+    radix = PrefixCache(1, keep_last=True)
+    assert [radix.lookup(words), radix.lookup([*words[:20], "other"])] == [0, 20]
+    generic = PrefixCache(16, keep_last=False)
+    assert [generic.lookup(words), generic.lookup(words)] == [0, 32]
+
+
+def test_unknown_profile_is_refused_before_any_start() -> None:
+    with pytest.raises(ValueError, match="profile must be one of"):
+        make_profile("tgi")
+    with pytest.raises(ValueError, match="profile must be one of"), serve_reference(profile="tgi"):
+        pass
+
+
+# --- vLLM ----------------------------------------------------------------------------------
+
+
+def test_vllm_stream_shapes() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        status, raw = await post(session, url, body(True), chat=True)
+        chat = events(raw)
+        assert status == 200 and chat[-1] == "[DONE]"
+        role = chat[0]["choices"][0]
+        assert role == {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                        "finish_reason": None}  # fmt: skip
+        assert [c["choices"][0]["finish_reason"] for c in chat[1:-2]] == [None, None, None, "length"]
+        assert chat[-2]["choices"] == [] and chat[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        _, raw = await post(session, url, body(False), chat=False)
+        text = events(raw)
+        assert "".join(c["choices"][0]["text"] for c in text[:-2]).split() == ["w0", "w1", "w2", "w3"]
+        assert all(c["choices"][0]["text"] for c in text[:-2])  # no empty first chunk on completions
+        assert text[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 64}  # 69 usable tokens, 16-blocks
+
+    run("vllm", check)
+
+
+def test_vllm_wrong_model_is_404_and_unknown_fields_pass() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        status, raw = await post(session, url, body(True, model="other"), chat=True)
+        assert status == 404 and orjson.loads(raw)["error"]["message"] == "The model `other` does not exist."
+        status, _ = await post(session, url, body(True, some_extension=1), chat=True)
+        assert status == 200
+
+    run("vllm", check)
+
+
+def test_vllm_reset_fails_while_blocks_are_held() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        await post(session, url, body(False), chat=False)
+        running = asyncio.ensure_future(post(session, url, body(False), chat=False, headers={"x-bakeoff-ref": SLOW}))
+        await asyncio.sleep(0.2)
+        async with session.post(url + "/reset_prefix_cache") as resp:
+            assert resp.status == 200 and await resp.json() == {"success": False}
+        await running
+        _, raw = await post(session, url, body(False), chat=False)
+        assert events(raw)[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 64  # nothing was freed
+        async with session.post(url + "/reset_prefix_cache") as resp:
+            assert resp.status == 200 and await resp.json() == {"success": True}
+        _, raw = await post(session, url, body(False), chat=False)
+        assert events(raw)[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+    run("vllm", check)
+
+
+def test_vllm_metric_names_types_and_labels() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        for _ in range(2):
+            await post(session, url, body(False), chat=False)
+        text, values = await metrics(session, url + "/metrics")
+        assert values["vllm:prefix_cache_queries_total"] == 140 and values["vllm:prefix_cache_hits_total"] == 64
+        assert values["vllm:request_success_total"] == 2 and values["vllm:generation_tokens_total"] == 8
+        kinds = types(text)
+        assert kinds["vllm:prefix_cache_hits_total"] == "counter" and kinds["vllm:kv_cache_usage_perc"] == "gauge"
+        assert kinds["vllm:num_requests_running"] == "gauge" and kinds["vllm:num_requests_waiting"] == "gauge"
+        assert f'vllm:prompt_tokens_total{{model_name="{MODEL}",engine="0"}} 140.0' in text
+        assert "bakeoff_ref" not in text  # the server's own lateness is at /ref/metrics, not in vLLM's text
+        _, own = await metrics(session, url + "/ref/metrics")
+        assert own["bakeoff_ref_chunks_total"] == 8
+
+    run("vllm", check)
+
+
+# --- SGLang --------------------------------------------------------------------------------
+
+
+def test_sglang_health_is_503_until_warm_then_slow() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        async with session.get(url + "/health") as resp:
+            assert resp.status == 503
+        await asyncio.sleep(0.4)
+        started = time.monotonic()
+        async with session.get(url + "/health") as resp:
+            assert resp.status == 200
+        assert time.monotonic() - started >= 0.1  # the health generation is awaited, not skipped
+
+    run(SglangProfile(warmup_s=0.3, health_poll_s=0.1), check)
+
+
+def test_sglang_stream_shapes_and_absent_cache_details() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        _, raw = await post(session, url, body(True, max_tokens=32), chat=True)
+        chat = events(raw)
+        assert chat[0]["choices"][0]["delta"]["role"] == "assistant" and chat[0]["usage"] is None
+        content = chat[1:-3]
+        tokens = [len(c["choices"][0]["delta"]["content"].split()) for c in content]
+        assert sum(tokens) == 32 and len(tokens) == 30 and tokens[9] == 2  # several tokens in some chunks
+        assert all(c["choices"][0]["finish_reason"] is None for c in content)
+        finish = chat[-3]["choices"][0]
+        assert finish["finish_reason"] == "length" and finish["delta"]["content"] is None
+        assert chat[-2]["usage"]["prompt_tokens_details"] is None  # nothing cached: no details
+        _, raw = await post(session, url, body(True), chat=True)
+        assert events(raw)[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 69}  # token granularity
+
+    run("sglang", check)
+
+
+def test_sglang_flush_refused_while_running_and_hit_rate_gauge() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        await post(session, url, body(False), chat=False)
+        running = asyncio.ensure_future(post(session, url, body(False), chat=False, headers={"x-bakeoff-ref": SLOW}))
+        await asyncio.sleep(0.2)
+        async with session.post(url + "/flush_cache") as resp:
+            assert resp.status == 400 and (await resp.text()).startswith("Cache flushed.")
+        await running
+        text, values = await metrics(session, url + "/metrics")
+        assert values["sglang:cached_tokens_total"] == 69 and values["sglang:prompt_tokens_total"] == 140
+        assert values["sglang:cache_hit_rate"] == pytest.approx(69 / 70)  # the last prefill only, not 69/140
+        kinds = types(text)
+        assert kinds["sglang:cache_hit_rate"] == "gauge" and kinds["sglang:cached_tokens_total"] == "counter"
+        assert kinds["sglang:token_usage"] == "gauge" and kinds["sglang:num_queue_reqs"] == "gauge"
+        async with session.get(url + "/flush_cache") as resp:
+            assert resp.status == 200
+        _, raw = await post(session, url, body(False), chat=False)
+        assert events(raw)[-2]["usage"]["prompt_tokens_details"] is None
+
+    run("sglang", check)
+
+
+# --- TensorRT-LLM --------------------------------------------------------------------------
+
+
+def test_trtllm_rejects_unknown_fields_naming_them() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        status, raw = await post(session, url, body(True, ref={"ttft_ms": 1}), chat=True)
+        error = orjson.loads(raw)["error"]
+        assert status == 400 and "('body', 'ref')" in error and "Extra inputs are not permitted" in error
+        status, raw = await post(session, url, body(False, stream=False, stream_options={"include_usage": True}),
+                                 chat=False)  # fmt: skip
+        assert status == 400 and "Stream options can only be defined when stream is true" in orjson.loads(raw)["error"]
+        status, raw = await post(session, url, body(False, stream_options={"include_usage": True, "x": 1}), chat=False)
+        assert status == 400 and "('body', 'stream_options', 'x')" in orjson.loads(raw)["error"]
+        status, _ = await post(session, url, body(True, min_tokens=4, temperature=0.0), chat=True)
+        assert status == 200
+
+    run("trtllm", check)
+
+
+def test_trtllm_stream_shapes() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        _, raw = await post(session, url, body(True, stream_options={}), chat=True)
+        first_line = raw.split(b"\n\n")[0]
+        assert first_line.endswith(b"} ")  # TRT-LLM's space before the blank line
+        chat = events(raw)
+        assert chat[0]["choices"] == [{"index": 0, "delta": {"role": "assistant"}}]  # no content key
+        assert ["finish_reason" in c["choices"][0] for c in chat[1:-2]] == [False, False, False, True]
+        assert chat[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}  # include_usage defaults on
+        _, raw = await post(session, url, body(False), chat=False)
+        first = events(raw)[0]
+        assert first["usage"] is None and first["choices"][0]["token_ids"] is None
+        assert events(raw)[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 64}  # 32-token blocks
+
+    run("trtllm", check)
+
+
+def test_trtllm_iteration_stats_drain_and_prometheus() -> None:
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        for _ in range(2):
+            await post(session, url, body(False), chat=False)
+        async with session.get(url + "/metrics") as resp:
+            stats = await resp.json()
+        kv = stats[-1]["kvCacheStats"]
+        assert (kv["reusedBlocks"], kv["missedBlocks"], kv["tokensPerBlock"]) == (2, 4, 32)
+        async with session.get(url + "/metrics") as resp:
+            assert await resp.json() == []  # drained by the first GET
+        text, values = await metrics(session, url + "/prometheus/metrics")
+        assert values["trtllm_kv_cache_reused_blocks_total"] == 2 and values["trtllm_kv_cache_missed_blocks_total"] == 4
+        assert types(text)["trtllm_kv_cache_hit_rate"] == "gauge"
+        assert 'model_name="undefined",engine_type="undefined"' in text
+        for path in ("/reset_prefix_cache", "/flush_cache"):
+            async with session.post(url + path) as resp:
+                assert resp.status == 404  # TensorRT-LLM has no cache reset
+
+    run("trtllm", check)
+
+
+# --- bakeoff's client against each profile -------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_client_records_from_each_profile(profile: str, endpoint: str) -> None:
+    warm = {"vllm": 64, "sglang": 69, "trtllm": 64}[profile]
+
+    async def main() -> list[RequestRecord]:
+        async with serving(make_profile(profile)) as url:
+            item = PlannedRequest(0, endpoint, 8, prompt=PROMPT, messages=[{"role": "user", "content": PROMPT}])
+            async with StreamingClient(ClientSettings(base_url=url, model=MODEL)) as client:
+                return [await client.send(item, RequestRecord(i)) for i in range(2)]
+
+    cold, hot = asyncio.run(main())
+    for record in (cold, hot):
+        assert record.ok, record.error
+        assert record.completion_tokens == 8 and record.prompt_tokens == 70 and record.usage_source == "server"
+        assert sum(record.chunk_tokens) == 8 and record.output_text.split() == [f"w{i}" for i in range(8)]
+        # TTFT counts from the first content chunk, never from a role-only one (chat only).
+        assert record.first_token_ns == record.chunk_ns[0]
+        assert (record.first_event_ns < record.first_token_ns) is (endpoint == "chat")
+    assert cold.cached_tokens in ((None, 0) if profile == "sglang" else (0,))  # SGLang leaves details out at 0
+    assert hot.cached_tokens == warm
+
+
+def test_served_as_a_process_in_a_profile() -> None:
+    """The way a rehearsal starts it: wait_ready rides out SGLang's 503 warm-up."""
+    started = time.monotonic()
+    with serve_reference(model=MODEL, profile="sglang", warmup_s=0.5) as url:
+        assert time.monotonic() - started >= 0.5
+        with urllib.request.urlopen(url + "/v1/models") as resp:
+            models = orjson.loads(resp.read())
+        assert models["data"][0] == {"id": MODEL, "object": "model", "owned_by": "sglang"}
+
+
+# --- the backend YAMLs against the profiles that stand in for them --------------------------
+
+
+def _rehearsable() -> list[tuple[str, dict[str, Any]]]:
+    specs = [yaml.safe_load(path.read_text()) for path in sorted(BACKENDS.glob("*.yaml"))]
+    return [(spec["name"], spec) for spec in specs if spec.get("rehearsal_profile")]
+
+
+@pytest.mark.parametrize(("name", "spec"), _rehearsable(), ids=[name for name, _ in _rehearsable()])
+def test_every_scraped_name_and_path_exists_in_the_profile(name: str, spec: dict[str, Any]) -> None:
+    """A YAML metric name the profile lacks would read 'unknown' in every rehearsal report."""
+
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        await post(session, url, body(False), chat=False)  # counters appear once something ran
+        async with session.get(url + spec["health"]["path"]) as resp:
+            assert resp.status == 200
+        _, values = await metrics(session, url + spec["metrics"]["path"])
+        wanted = [part.strip() for native in spec["metrics"]["names"].values() for part in native.split("+")]
+        assert [n for n in wanted if n not in values] == []
+        stats = spec["metrics"].get("iteration_stats")
+        if stats:
+            async with session.get(url + stats["path"]) as resp:
+                last = (await resp.json())[-1]
+            for dotted in stats["fields"].values():
+                value: Any = last
+                for key in dotted.split("."):
+                    value = value[key]
+
+    run(make_profile(spec["rehearsal_profile"], warmup_s=0.0), check)

@@ -1,0 +1,141 @@
+"""Rehearsals: every shipped GPU campaign runs end to end here, each framework's container
+replaced by the reference server in that framework's wire profile.
+
+What is asserted is what the GPU path must produce on a real host — the rendered container
+commands, probes that pass, counter-based prefix-cache hit rates, cache resets that
+worked, effort rows, no failed request — and that nothing of it can pass for a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff.backends import load_backend
+from bakeoff.campaign import run_campaign
+from bakeoff.launchers import launcher_kind
+from bakeoff.rehearsal import MARKER, rehearsal_spec
+from bakeoff.specs import ConcurrencySweep, ServerConfig, load_campaign
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))
+# The first word of each framework's real server command, as it must appear in the
+# recorded container command line.
+SERVER_COMMANDS = {"vllm": "--entrypoint vllm", "sglang": "sglang.launch_server", "trtllm": "--entrypoint trtllm-serve"}
+
+
+def test_every_gpu_campaign_is_rehearsable() -> None:
+    assert GPU_CAMPAIGNS, "no shipped GPU campaign found"
+    for path in GPU_CAMPAIGNS:
+        spec = load_campaign(path)
+        for server in spec.servers:
+            backend = load_backend(server.backend)
+            assert launcher_kind(backend, server, rehearse=True) == "rehearsal", (path.name, server.label)
+            assert launcher_kind(backend, server) == "container"
+
+
+def test_launcher_kind_keeps_cpu_engines_and_external_servers_real() -> None:
+    cpu = load_backend("vllm-cpu")
+    assert launcher_kind(cpu, ServerConfig(backend="vllm-cpu"), rehearse=True) == "process"
+    gpu = load_backend("vllm")
+    external = ServerConfig(backend="vllm", url="http://10.0.0.1:8000")
+    assert launcher_kind(gpu, external, rehearse=True) == "external"
+
+
+def test_rehearsal_spec_scales_down_but_keeps_the_shape() -> None:
+    spec = load_campaign(REPO / "campaigns" / "gpu-7b-three-frameworks.yaml")
+    scaled = rehearsal_spec(spec)
+    assert scaled.model.preset == "tiny" and scaled.model.path is None
+    assert scaled.model.served_name == spec.model.served_name
+    original, small = spec.workloads[0], scaled.workloads[0]
+    assert isinstance(original, ConcurrencySweep) and isinstance(small, ConcurrencySweep)
+    assert small.levels == original.levels
+    assert small.input_len == original.input_len
+    assert [small.requests_for(c) for c in small.levels] == small.levels
+    assert small.output_len.upper <= 32 < original.output_len.upper
+    # Knobs are untouched: the rendered commands are the real ones.
+    assert [s.knobs for s in scaled.servers] == [s.knobs for s in spec.servers]
+
+
+@pytest.fixture(scope="module")
+def rehearsals(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> dict[str, Path]:
+    """Every shipped GPU campaign rehearsed once; the tests below read the folders."""
+    out = tmp_path_factory.mktemp("rehearsals")
+    return {path.stem: run_campaign(path, out_dir=out / path.stem, rehearse=True).parent for path in GPU_CAMPAIGNS}
+
+
+def _cells(folder: Path) -> list[dict[str, Any]]:
+    cells = []
+    for info in sorted((folder / "cells").glob("*/cell.json")):
+        cell = json.loads(info.read_text())
+        cell["runs"] = [
+            (json.loads(p.read_text()), json.loads((p.parent / "run.json").read_text()))
+            for p in sorted(info.parent.glob("runs/*/summary.json"))
+        ]
+        cells.append(cell)
+    return cells
+
+
+@pytest.mark.parametrize("campaign", [p.stem for p in GPU_CAMPAIGNS])
+def test_rehearsal_runs_every_cell_without_a_failure(rehearsals: dict[str, Path], campaign: str) -> None:
+    folder = rehearsals[campaign]
+    assert (folder / MARKER).is_file()
+    spec = load_campaign(folder / "campaign.yaml")
+    cells = _cells(folder)
+    assert len(cells) == len(spec.servers) * len(spec.workloads)
+    for cell in cells:
+        label = cell["server"]["label"]
+        assert cell["status"] == "ok", (label, cell.get("error"))
+        effort = cell["effort"]
+        assert effort["cold_start_s"] > 0 and effort["warm_restart_s"] is not None, label
+        assert effort["failed_start_attempts"] == [], label
+        assert cell["runs"], f"{label}: no run"
+        for summary, run in cell["runs"]:
+            assert summary["rehearsal"] is True
+            assert summary["requests"]["failed"] == 0, (label, summary["requests"]["failed_by_kind"])
+            assert summary["requests"]["ok"] > 0
+            server = run["server"]
+            assert server["kind"] == "rehearsal"
+            backend = load_backend(cell["backend"])
+            assert SERVER_COMMANDS[str(backend.rehearsal_profile)] in server["command_line"], server["command_line"]
+            assert backend.container is not None and backend.container.image in server["command_line"]
+            # The exact knob values reach the command (or the options file) a GPU host would run.
+            for knob, value in cell["server"]["knobs"].items():
+                assert knob in server["knobs"], (label, knob)
+                assert server["knobs"][knob] == value or str(server["knobs"][knob]) == str(value)
+
+
+@pytest.mark.parametrize("campaign", [p.stem for p in GPU_CAMPAIGNS])
+def test_rehearsal_report_is_marked_on_every_section(rehearsals: dict[str, Path], campaign: str) -> None:
+    html = (rehearsals[campaign] / "report.html").read_text()
+    assert "REHEARSAL" in html
+    headings = re.findall(r"<h2[^>]*>(.*?)</h2>", html, flags=re.S)
+    assert headings, "report has no sections"
+    for heading in headings:
+        assert "REHEARSAL" in heading, heading
+    assert "[rehearsal]" in html  # server labels in the tables carry the mark
+
+
+def test_rehearsal_prefix_cache_hit_rates_come_from_counters(rehearsals: dict[str, Path]) -> None:
+    """Agents repeating 3,000 tokens: every framework's counters must show the reuse."""
+    cells = {c["server"]["label"]: c for c in _cells(rehearsals["gpu-agent-3k-context"])}
+    for label, cell in cells.items():
+        for summary, run in cell["runs"]:
+            block = summary["prefix_cache"]
+            designed = block["designed_reuse"]
+            assert designed and designed > 0.5, label
+            rate = block["server_hit_rate"]
+            if label == "vllm-no-prefix":
+                assert rate == 0.0, block  # the stand-in honours prefix_caching: false
+                continue
+            assert block["server_hits"] is not None and block["server_queries"], (label, block)
+            assert rate == pytest.approx(block["server_hits"] / block["server_queries"])
+            assert rate == pytest.approx(designed, abs=0.1), (label, block)
+            # Usage-reported cached tokens agree with the counters (absent details count as 0).
+            assert block["cached_tokens_ratio"] == pytest.approx(rate, abs=0.05), (label, block)
+            if load_backend(cell["backend"]).cache_reset.kind == "http":
+                assert run["prefix_cache_reset_before_run"], label
