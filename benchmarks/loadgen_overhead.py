@@ -6,7 +6,10 @@ client and closed-loop load generator at several concurrency levels and reports,
 - client CPU microseconds per content chunk: process CPU time of this process (the client
   alone; the server runs elsewhere) over the measured phase, divided by chunks received;
 - timing error: measured mean TTFT and TPOT against the configured values, in percent;
-- the server's own schedule lateness and CPU, to tell client error from server error.
+- the server's own schedule lateness and CPU, to tell client error from server error;
+- with ``--aiohttp``, the CPU per chunk of a plain aiohttp client (its stream reader,
+  one line at a time, as a general HTTP client reads SSE) on the same staggered load:
+  the number that justifies keeping bakeoff's own client.
 
 Targets: at most 25 us of client CPU per chunk, and TTFT and TPOT errors under 1 % at
 concurrency 128. Usage::
@@ -119,6 +122,37 @@ async def drive_floor(base_url: str, level: int, count: int, max_tokens: int) ->
     return sum(r.reads for r in readers), time.process_time() - cpu_start
 
 
+async def drive_aiohttp(base_url: str, level: int, count: int, max_tokens: int) -> tuple[int, float]:
+    """The same staggered closed loop through aiohttp; return content chunks and CPU seconds.
+
+    Reads the stream as a general client would: one SSE line at a time, JSON-decoding each
+    data line and stamping it. Only the transport differs from :func:`drive`.
+    """
+    import aiohttp
+
+    lengths = iter([1 + i * max_tokens // level for i in range(level)] + [max_tokens] * count)
+    body = {"model": MODEL, "prompt": "p", "stream": True, "stream_options": {"include_usage": True}}
+    chunks = 0
+    connector = aiohttp.TCPConnector(limit=level)
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal chunks
+        for length in lengths:
+            async with session.post(base_url + "/v1/completions", json={**body, "max_tokens": length}) as resp:
+                async for line in resp.content:
+                    if line.startswith(b"data: {"):
+                        event = orjson.loads(line[6:])
+                        time.perf_counter_ns()  # the stamp every chunk gets
+                        if event.get("choices"):
+                            chunks += 1
+
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        cpu_start = time.process_time()
+        await asyncio.gather(*(worker(session) for _ in range(level)))
+        cpu = time.process_time() - cpu_start
+    return chunks, cpu
+
+
 def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[str, Any]:
     settings = ClientSettings(base_url=base_url, model=MODEL)
     count = max(level * args.rounds, args.min_requests)
@@ -133,6 +167,11 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
         with asyncio.Runner(loop_factory=LOOPS[args.loop]) as runner:
             reads, floor_cpu = runner.run(drive_floor(base_url, level, count, args.output_tokens))
         floor_us = floor_cpu / reads * 1e6
+    aiohttp_us = None
+    if args.aiohttp:
+        with asyncio.Runner(loop_factory=LOOPS[args.loop]) as runner:
+            aio_chunks, aio_cpu = runner.run(drive_aiohttp(base_url, level, count, args.output_tokens))
+        aiohttp_us = aio_cpu / aio_chunks * 1e6 if aio_chunks else None
     # CPU is shared by every request, so it is divided by every chunk; timing is judged
     # on measured requests only.
     chunks = sum(len(r.chunk_ns) for r in records)
@@ -160,6 +199,7 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
         "client_cpu_us_per_chunk": cpu_s / chunks * 1e6 if chunks else None,
         "client_cpu_pct": cpu_s / wall_s * 100,
         "floor_cpu_us_per_read": floor_us,
+        "aiohttp_cpu_us_per_chunk": aiohttp_us,
         "ttft_ms_mean": ttft_mean,
         "ttft_ms_p99": sorted(ttfts)[int(0.99 * (len(ttfts) - 1))] if ttfts else None,
         "ttft_error_pct": (ttft_mean - args.ttft_ms) / args.ttft_ms * 100,
@@ -181,6 +221,7 @@ COLUMNS = [  # header, key, format
     ("cli us/chunk", "client_cpu_us_per_chunk", "{:>12.1f}"),
     ("cli cpu%", "client_cpu_pct", "{:>8.1f}"),
     ("floor us", "floor_cpu_us_per_read", "{:>8.1f}"),
+    ("aiohttp us", "aiohttp_cpu_us_per_chunk", "{:>10.1f}"),
     ("hdr ms", "headers_ms_mean", "{:>6.2f}"),
     ("TTFT ms", "ttft_ms_mean", "{:>8.2f}"),
     ("TTFT err%", "ttft_error_pct", "{:>+9.2f}"),
@@ -215,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="requests per level = rounds x level")
     parser.add_argument("--min-requests", type=int, default=4)
     parser.add_argument("--floor", action="store_true", help="also time a do-nothing reader on the same streams")
+    parser.add_argument("--aiohttp", action="store_true", help="also time a plain aiohttp client on the same load")
     parser.add_argument("--repeat", type=int, default=1, help="runs per level; the gate uses their median")
     parser.add_argument("--loop", choices=sorted(LOOPS), default="uvloop", help="the runner drives the load on uvloop")
     parser.add_argument("--out", required=True, help="JSON file to write")

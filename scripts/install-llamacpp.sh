@@ -112,7 +112,7 @@ cp "$SRC/convert_hf_to_gguf.py" "$PREFIX/convert/"
 cp -r "$SRC/conversion" "$SRC/gguf-py" "$PREFIX/convert/"
 # Also install the vendored gguf package (same commit as the converter) for tools such as
 # gguf-dump and for reading GGUF metadata from bakeoff; its deps (numpy, tqdm, pyyaml,
-# requests) are already in requirements.txt's closure, so --no-deps keeps pins untouched.
+# requests) are already in the harness's environment (constraints.txt), so --no-deps keeps pins untouched.
 "$PY" -m pip install --quiet --no-deps --no-build-isolation "$SRC/gguf-py" 2>/dev/null \
   || "$PY" -m pip install --quiet --no-deps "$SRC/gguf-py"
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bakeoff.modelgen import DEFAULT_MODELS_DIR, model_is_ready
+from bakeoff.modelgen import model_is_ready
+from bakeoff.paths import models_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _generated(preset: str) -> Path:
-    folder = DEFAULT_MODELS_DIR / preset
+    folder = models_dir() / preset
     if not model_is_ready(folder, preset):
         pytest.fail(f"models/{preset} missing: run `make models` (make test does it)")
     return folder
@@ -26,3 +28,14 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def small_model() -> Path:
     return _generated("small")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _history_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Campaigns run by tests archive into a temporary history, never into reports/.history."""
+    from bakeoff.archive import HISTORY_ENV
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(HISTORY_ENV, str(tmp_path_factory.mktemp("history")))
+    yield
+    mp.undo()

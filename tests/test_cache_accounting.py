@@ -9,13 +9,13 @@ cold cache.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bakeoff.backends import load_backend
 from bakeoff.client import ClientSettings, PlannedRequest
 from bakeoff.records import RequestRecord
+from bakeoff.results import RunSummary
 from bakeoff.runner import RunTarget, execute_plan, prefix_cache_block
 from bakeoff.store import RUN_INFO, read_json
 from bakeoff.workloads import RunPlan, SessionPlan
@@ -35,7 +35,7 @@ def sessions_plan(warmup: int = 0) -> RunPlan:
     )
 
 
-def run(url: str, plan: RunPlan, tmp_path: Path, backend: str = "sglang") -> dict[str, Any]:
+def run(url: str, plan: RunPlan, tmp_path: Path, backend: str = "sglang") -> RunSummary:
     target = RunTarget(ClientSettings(base_url=url, model="m"), load_backend(backend), show_progress=False)
     return execute_plan(plan, target, tmp_path / plan.name)
 
@@ -44,15 +44,16 @@ def test_ratio_hit_rate_and_counters_cover_the_same_measured_requests(tmp_path: 
     state = FakeState()
     with serve_fake(state) as url:
         summary = run(url, sessions_plan(warmup=2), tmp_path)
-    block = summary["prefix_cache"]
+    block = summary.prefix_cache
+    assert block is not None and summary.cache_reset is not None
     # The first turn of the first conversation had nothing cached and no details in usage:
     # it still counts (as 0) in the ratio, so ratio and counters agree exactly.
-    assert block["cached_tokens_ratio"] == pytest.approx(block["server_hit_rate"])
-    assert block["server_hit_unit"] == "tokens"
+    assert block.cached_tokens_ratio == pytest.approx(block.server_hit_rate)
+    assert block.server_hit_unit == "tokens"
     # The counters cover the measured requests only, not the warm-up (2 x 24 words).
-    assert block["server_queries"] == state.prompt_total - 2 * 24
-    assert block["server_hit_rate"] != pytest.approx(state.last_rate)  # not the gauge
-    assert summary["cache_reset"]["ok"] is True
+    assert block.server_queries == state.prompt_total - 2 * 24
+    assert block.server_hit_rate != pytest.approx(state.last_rate)  # not the gauge
+    assert summary.cache_reset.ok is True
 
 
 def test_absent_cached_tokens_count_as_zero_only_for_backends_that_report_them() -> None:
@@ -63,17 +64,18 @@ def test_absent_cached_tokens_count_as_zero_only_for_backends_that_report_them()
         RequestRecord(3, prompt_tokens=100, cached_tokens=None, usage_source="tokenizer"),
     ]
     reported = prefix_cache_block(plan, records, {}, absent_cached_is_zero=True)
-    assert reported["cached_tokens_ratio"] == pytest.approx(80 / 200)
+    assert reported.cached_tokens_ratio == pytest.approx(80 / 200)
     unknown = prefix_cache_block(plan, records, {}, absent_cached_is_zero=False)
-    assert unknown["cached_tokens_ratio"] == pytest.approx(80 / 100)
+    assert unknown.cached_tokens_ratio == pytest.approx(80 / 100)
 
 
 def test_a_reset_that_stays_refused_marks_the_run(tmp_path: Path) -> None:
     state = FakeState(refuse_resets=2)
     with serve_fake(state) as url:
         summary = run(url, sessions_plan(), tmp_path)
-    assert summary["cache_reset"]["ok"] is False and summary["cache_reset"]["attempts"] == 2
-    assert summary["prefix_cache"]["cache_emptied_before_run"] is False
+    assert summary.cache_reset is not None and summary.prefix_cache is not None
+    assert summary.cache_reset.ok is False and summary.cache_reset.attempts == 2
+    assert summary.prefix_cache.cache_emptied_before_run is False
     info = read_json(tmp_path / "sessions" / RUN_INFO)
     assert info["prefix_cache_reset_before_run"] is False and info["cache_reset"]["ok"] is False
 
@@ -82,5 +84,6 @@ def test_a_reset_refused_while_busy_succeeds_once_idle(tmp_path: Path) -> None:
     state = FakeState(refuse_resets=1, running_polls=2)
     with serve_fake(state) as url:
         summary = run(url, sessions_plan(), tmp_path)
-    assert summary["cache_reset"]["ok"] is True and summary["cache_reset"]["attempts"] == 2
+    assert summary.cache_reset is not None
+    assert summary.cache_reset.ok is True and summary.cache_reset.attempts == 2
     assert read_json(tmp_path / "sessions" / RUN_INFO)["prefix_cache_reset_before_run"] is True

@@ -16,7 +16,7 @@ from bakeoff.client import PlannedRequest
 from bakeoff.errors import LaunchError
 from bakeoff.launch import ServerHandle
 from bakeoff.specs import ConcurrencySweep, ServerConfig, Slo
-from bakeoff.store import read_json
+from bakeoff.store import read_json, read_summary
 from bakeoff.workloads import RunPlan, SessionPlan, save_plans
 from fake_sglang import FakeState, serve_fake
 
@@ -93,8 +93,8 @@ def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypa
     with CellServer(starts, starts.backend, restarts) as server:
         campaign._run_plans(cell, Slo(), plans, lambda text: 1, server, tmp_path, effort, {}, summaries)
     assert starts.count == 2 and len(restarts) == 1
-    assert [summaries[p]["cache_reset"]["ok"] for p in ("c1", "c2", "replay")] == [True, None, True]
-    assert all(summaries[p]["requests"]["ok"] == 3 for p in summaries)
+    assert [summaries[p].cache_reset.ok for p in ("c1", "c2", "replay")] == [True, None, True]
+    assert all(summaries[p].requests.ok == 3 for p in summaries)
 
 
 def write_campaign(folder: Path) -> None:
@@ -120,10 +120,10 @@ def test_run_cell_times_restarts_into_effort_and_retries_a_failed_one(
     assert starts.count == 4 and set(summaries) == {"c1", "replay"}
     effort = read_json(tmp_path / "cells" / "l__sweep" / campaign.CELL_INFO)["effort"]
     assert len(effort["failed_start_attempts"]) == 1 and effort["cache_restarts"] == []
-    assert summaries["replay"]["cache_reset"]["detail"].startswith("fresh server")
+    assert summaries["replay"].cache_reset.detail.startswith("fresh server")
     assert effort["warm_restart_s"] is not None
-    run = read_json(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json")
-    assert run["effort"]["cache_restarts"] == [] and run["effort"]["cache_restart_s"] == 0
+    run = read_summary(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json").effort
+    assert run is not None and run.cache_restarts == [] and run.cache_restart_s == 0
 
 
 def test_run_cell_reuses_a_cache_restart_as_the_warm_restart(
@@ -133,8 +133,8 @@ def test_run_cell_reuses_a_cache_restart_as_the_warm_restart(
     starts = Starts(tmp_path)
     monkeypatch.setattr(campaign, "start_server", starts)
     summaries = campaign.run_cell(tmp_path, "l", "sweep")
-    assert starts.count == 2 and summaries["replay"]["cache_reset"]["ok"] is True
-    effort = read_json(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json")["effort"]
-    assert [r["before_run"] for r in effort["cache_restarts"]] == ["replay"]
-    assert effort["warm_restart_s"] == effort["cache_restarts"][0]["start_s"]
-    assert effort["cache_restart_s"] >= effort["warm_restart_s"]
+    assert starts.count == 2 and summaries["replay"].cache_reset.ok is True
+    effort = read_summary(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json").effort
+    assert effort is not None and [r.before_run for r in effort.cache_restarts] == ["replay"]
+    assert effort.warm_restart_s == effort.cache_restarts[0].start_s
+    assert effort.cache_restart_s is not None and effort.cache_restart_s >= effort.warm_restart_s

@@ -13,9 +13,12 @@ import yaml
 
 from bakeoff.backends import load_backend, render_launch
 from bakeoff.campaign import run_campaign
+from bakeoff.engine_env import interpreter
 from bakeoff.errors import LaunchError
 from bakeoff.launch import free_port, run_local_process
 from bakeoff.report import results_frame
+from bakeoff.results import Requests
+from bakeoff.store import read_summary
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +52,7 @@ def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path
         model=str(tiny_model),
         served_model_name="tiny-e2e",
         port=port,
-        python=sys.executable,
+        python=interpreter(backend),  # the engine environment's (.venv-engine), as a campaign does
     )
     with run_local_process(launch, port=port, served_model_name="tiny-e2e", run_dir=tmp_path / "srv") as handle:
         assert handle.startup_s > 0
@@ -84,13 +87,15 @@ def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
-        assert "TTFT p50" in done.stdout
-        summary = json.loads((out / "summary.json").read_text())
-        assert summary["requests"] == {"ok": 16, "failed": 0, "warmup": 2, "failed_by_kind": {}}
-        assert summary["tokens"]["completion"] == 16 * 16  # ignore_eos + max_tokens honoured
-        assert summary["tokens"]["usage_sources"] == {"server": 16}
-        assert 0 < summary["ttft_ms"]["p50"] < summary["e2e_ms"]["p50"]
-        assert summary["ttfb_ms"]["p50"] <= summary["ttft_ms"]["p50"]
+        assert "TTFT P50 ms" in done.stdout
+        summary = read_summary(out / "summary.json")
+        assert summary.requests == Requests(ok=16, failed=0, warmup=2, failed_by_kind={})
+        assert summary.tokens.completion == 16 * 16  # ignore_eos + max_tokens honoured
+        assert summary.tokens.usage_sources == {"server": 16}
+        latency = summary.latency
+        assert latency.ttft_ms.p50 is not None and latency.e2e_ms.p50 is not None and latency.ttfb_ms.p50 is not None
+        assert 0 < latency.ttft_ms.p50 < latency.e2e_ms.p50
+        assert latency.ttfb_ms.p50 <= latency.ttft_ms.p50
         run = json.loads((out / "run.json").read_text())
         assert run["client"]["exact_prompt_lengths"] is True
         assert (out / "records.parquet").stat().st_size > 0
@@ -107,7 +112,7 @@ def test_engine_that_dies_during_startup_is_reported(tiny_model: Path, tmp_path:
         model=str(tiny_model),
         served_model_name="bad",
         port=port,
-        python=sys.executable,
+        python=interpreter(backend),  # the engine environment's (.venv-engine), as a campaign does
     )
     with (
         pytest.raises(LaunchError, match=r"exited during startup; last log lines"),
@@ -145,10 +150,11 @@ def test_campaign_runs_notebooks_into_a_browser_readable_report(tiny_model: Path
     frame = results_frame(tmp_path / "out")
     assert list(frame["concurrency"]) == [1, 4]
     assert (frame["ok"] == 8).all() and (frame["failed"] == 0).all()
-    summary = json.loads((cell / "runs" / "c4" / "summary.json").read_text())
-    assert summary["effort"]["cold_start_s"] > 0 and summary["effort"]["flags_changed"] == 1
-    assert summary["cost"]["usd_per_million_output_tokens"] > 0
-    assert summary["slo"]["attainment"] == 1.0
+    summary = read_summary(cell / "runs" / "c4" / "summary.json")
+    assert summary.effort is not None and summary.cost is not None and summary.slo is not None
+    assert summary.effort.cold_start_s and summary.effort.cold_start_s > 0 and summary.effort.flags_changed == 1
+    assert summary.cost.usd_per_million_output_tokens and summary.cost.usd_per_million_output_tokens > 0
+    assert summary.slo.attainment == 1.0
     dom = subprocess.run(
         [
             "chromium",

@@ -116,3 +116,31 @@ def test_bytes_after_the_end_make_the_connection_unreusable() -> None:
     parser = ResponseParser()
     parser.feed(HEAD + chunked(b"a") + b"HTTP/1.1 200 OK\r\n")
     assert parser.complete and not parser.keep_alive
+
+
+@pytest.mark.parametrize("size_line", [b"+5", b"0x5", b"5_0", b" 5", b"5 ", b"", b"1" * 17, b"5\t", b"\xd9\xa5"])
+@pytest.mark.parametrize("split", [False, True])
+def test_chunk_size_is_parsed_strictly(size_line: bytes, split: bool) -> None:
+    # int(x, 16) alone takes several of these; each would desynchronise the stream silently.
+    raw = HEAD + size_line + b"\r\nhello\r\n"
+    parser = ResponseParser()
+    with pytest.raises(HttpProtocolError, match="bad chunk size"):
+        if split:  # the general path, not the one-whole-chunk fast path
+            parser.feed(raw[: len(HEAD) + 1])
+            parser.feed(raw[len(HEAD) + 1 :])
+        else:
+            parser.feed(raw)
+
+
+def test_whitespace_before_a_chunk_extension_is_allowed() -> None:
+    parser = ResponseParser()
+    assert parser.feed(HEAD + b"5 ;name=value\r\nhello\r\n0\r\n\r\n") == b"hello"
+    assert parser.complete
+
+
+def test_uppercase_hex_sizes_in_both_paths() -> None:
+    parser = ResponseParser()
+    assert parser.feed(HEAD) == b""
+    assert parser.feed(b"A\r\n" + b"x" * 10 + b"\r\n") == b"x" * 10  # fast path
+    assert parser.feed(b"B\r\n" + b"y" * 11 + b"\r\n0\r\n\r\n") == b"y" * 11  # general path
+    assert parser.complete

@@ -43,12 +43,15 @@ def test_open_loop_sends_on_schedule_regardless_of_completions(builder: PlanBuil
     in_flight_peak = max(sum(1 for o in records if o.start_ns <= r.start_ns < o.end_ns) for r in records)
     assert in_flight_peak >= 10  # requests overlapped: the loop did not wait for completions
     summary = summarize(records)
-    assert summary["queue_delay_ms"]["p99"] < 15
+    assert summary.queue_delay_ms is not None and summary.queue_delay_ms.p99 is not None
+    assert summary.queue_delay_ms.p99 < 15
 
 
 def test_closed_loop_keeps_exactly_n_in_flight(builder: PlanBuilder) -> None:
     plan = builder.build(
-        ConcurrencySweep(levels=[4], requests_per_level=24, warmup_requests=4, input_len=16, output_len=6)
+        ConcurrencySweep(
+            levels=[4], requests_per_level=24, min_duration_s=0, warmup_requests=4, input_len=16, output_len=6
+        )
     )[0]
     with serve_reference(ttft_ms=50, itl_ms=10) as url:
         records = drive(url, plan)
@@ -56,9 +59,11 @@ def test_closed_loop_keeps_exactly_n_in_flight(builder: PlanBuilder) -> None:
     assert len(measured) == 24 and sum(r.warmup for r in records) == 4
     peak = max(sum(1 for o in measured if o.start_ns <= r.start_ns < o.end_ns) for r in measured)
     assert peak == 4
-    # Each request lasts ~100 ms; 24 requests 4 at a time take ~6 rounds.
-    window = summarize(records)["throughput"]["window_s"]
-    assert 0.55 < window < 0.9
+    summary = summarize(records)
+    # 24 requests less a ramp and a tail (about 4 each) fall inside the steady-state window.
+    assert summary.window is not None and summary.window.requests_inside >= 16 and summary.window.minimum_met
+    # Each request lasts ~100 ms: 24 of them 4 at a time take ~6 rounds, the window ~4 of them.
+    assert 0.3 < summary.throughput.window_s < 0.6
 
 
 def test_conversations_carry_the_real_replies(builder: PlanBuilder) -> None:
@@ -78,7 +83,7 @@ def test_conversations_carry_the_real_replies(builder: PlanBuilder) -> None:
             assert reply_words > 0
             assert after.prompt_tokens == before.prompt_tokens + reply_words + 5
     summary = summarize(records)
-    assert set(summary["ttft_ms_by_turn"]) == {"0", "1", "2"}
+    assert set(summary.ttft_ms_by_turn) == {0, 1, 2}
 
 
 def test_rerunning_a_plan_replaces_its_run_folder(builder: PlanBuilder, tmp_path: Path) -> None:
@@ -91,8 +96,8 @@ def test_rerunning_a_plan_replaces_its_run_folder(builder: PlanBuilder, tmp_path
         target = RunTarget(ClientSettings(base_url=url, model=MODEL), show_progress=False)
         first = execute_plan(plan, target, tmp_path / "c2")
         second = execute_plan(plan, target, tmp_path / "c2")
-    assert first["requests"]["ok"] == second["requests"]["ok"] == 6
-    assert second["requests"]["warmup"] == 1
+    assert first.requests.ok == second.requests.ok == 6
+    assert second.requests.warmup == 1
     assert len((tmp_path / "c2" / "records.jsonl").read_text().splitlines()) == 7
 
 

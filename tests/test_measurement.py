@@ -26,14 +26,14 @@ import orjson
 import pytest
 
 from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient, request_body
-from bakeoff.errors import LaunchError, SpecError
+from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.launch import free_port, probe, wait_ready
 from bakeoff.loadgen import closed_loop
 from bakeoff.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
 from bakeoff.records import RequestRecord
 from bakeoff.refserver import MODEL, serve_reference
 from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json, read_records
+from bakeoff.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json, read_records, read_summary
 from bakeoff.telemetry import parse_prometheus
 from bakeoff.workloads import RunPlan
 
@@ -150,8 +150,8 @@ def test_several_tokens_per_chunk(ref_url: str) -> None:
     assert record.chunk_tokens == [4] * 16 and record.completion_tokens == 64
     assert median(list(itl_ms(record))) == pytest.approx(ITL_MS, abs=1.0)
     assert median(list(itl_per_token_ms(record))) == pytest.approx(ITL_MS / 4, abs=0.3)
-    # TPOT spreads the 15 chunk gaps over the 63 tokens after the first.
-    assert tpot_ms(record) == pytest.approx(15 * ITL_MS / 63, rel=0.03)
+    # TPOT spreads the 15 chunk gaps over the 60 tokens after the first chunk (which carried 4).
+    assert tpot_ms(record) == pytest.approx(15 * ITL_MS / 60, rel=0.03)
 
 
 def test_uneven_last_chunk_gets_its_share(ref_url: str) -> None:
@@ -225,15 +225,19 @@ def test_fault_every_nth_request(ref_url: str) -> None:
 
 def test_server_dies_mid_run_and_the_runner_still_writes_everything(tmp_path: Path) -> None:
     plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(12, max_tokens=8))
-    with serve_reference(ttft_ms=20.0, itl_ms=5.0, fault="die", fault_every=5) as url:
-        summary = execute_plan(plan, RunTarget(settings(url), show_progress=False), tmp_path)
-    requests = summary["requests"]
-    assert requests["ok"] == 4 and requests["failed"] == 8
-    assert set(requests["failed_by_kind"]) <= {"stream_cut", "connect"}
-    assert requests["failed_by_kind"].get("stream_cut", 0) >= 1
+    # The run ends at the server's death (bakeoff.liveness): the rest of the plan is not sent.
+    with (
+        serve_reference(ttft_ms=20.0, itl_ms=5.0, fault="die", fault_every=5) as url,
+        pytest.raises(ServerDiedError),
+    ):
+        execute_plan(plan, RunTarget(settings(url), show_progress=False), tmp_path)
+    summary = read_summary(tmp_path / SUMMARY)
+    requests = summary.requests
+    assert requests.ok == 4 and summary.server_died is not None
+    assert set(requests.failed_by_kind) <= {"stream_cut", "connect"}
+    assert requests.failed_by_kind.get("stream_cut", 0) >= 1
     records = read_records(tmp_path / RECORDS_PARQUET)
-    assert len(records) == 12
-    assert read_json(tmp_path / SUMMARY)["requests"] == requests
+    assert len(records) + summary.server_died.requests_not_sent == 12
     assert (tmp_path / RUN_INFO).is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # writes were atomic
 
@@ -250,8 +254,8 @@ def test_ctrl_c_keeps_the_records_collected_so_far(ref_url: str, tmp_path: Path)
         timer.cancel()
     records = read_records(tmp_path / RECORDS_PARQUET)
     assert 1 <= len(records) < 40 and all(r.ok for r in records)
-    summary = read_json(tmp_path / SUMMARY)
-    assert summary["interrupted"] is True and summary["requests"]["ok"] == len(records)
+    summary = read_summary(tmp_path / SUMMARY)
+    assert summary.interrupted is True and summary.requests.ok == len(records)
 
 
 # --- the reference server's own counters --------------------------------------------------
@@ -314,9 +318,9 @@ def test_min_tokens_gets_the_planned_length(ref_url: str) -> None:
 def test_a_short_run_is_flagged_and_planned_lengths_are_stored(ref_url: str, tmp_path: Path) -> None:
     plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(6, max_tokens=12))
     summary = execute_plan(plan, RunTarget(settings(ref_url, {"eos_after": 5}), show_progress=False), tmp_path)
-    short = summary["short_completions"]
-    assert (short["count"], short["share"], short["tokens_missing"]) == (6, 1.0, 42)
-    assert "6 of 6 requests ended before their planned max_tokens" in short["warning"]
+    short = summary.short_completions
+    assert (short.count, short.share, short.tokens_missing) == (6, 1.0, 42)
+    assert short.warning is not None and "6 of 6 requests ended before their planned max_tokens" in short.warning
     assert [r.max_tokens for r in read_records(tmp_path / RECORDS_PARQUET)] == [12] * 6
     assert read_json(tmp_path / RUN_INFO)["client"]["min_tokens"] is False
 
@@ -391,8 +395,8 @@ def bench_args(url: str, out: Path, **overrides: str) -> list[str]:
 def test_cli_bench_against_the_reference_server(ref_url: str, tmp_path: Path) -> None:
     result = bench(*bench_args(ref_url, tmp_path / "run"))
     assert result.returncode == 0, result.stderr
-    summary = read_json(tmp_path / "run" / SUMMARY)
-    assert summary["requests"]["ok"] == 4 and summary["tokens"]["completion"] == 32
+    summary = read_summary(tmp_path / "run" / SUMMARY)
+    assert summary.requests.ok == 4 and summary.tokens.completion == 32
 
 
 def test_cli_unreachable_url_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
@@ -420,10 +424,10 @@ def test_cli_bench_sends_headers_and_min_tokens(ref_url: str, tmp_path: Path) ->
     early = ["--header", 'x-bakeoff-ref: {"eos_after": 3}']
     exact = bench(*bench_args(ref_url, tmp_path / "exact"), *early)
     assert exact.returncode == 0, exact.stderr
-    assert read_json(tmp_path / "exact" / SUMMARY)["short_completions"]["count"] == 0
+    assert read_summary(tmp_path / "exact" / SUMMARY).short_completions.count == 0
     short = bench(*bench_args(ref_url, tmp_path / "short"), *early, "--no-min-tokens")
     assert short.returncode == 0, short.stderr
-    assert read_json(tmp_path / "short" / SUMMARY)["short_completions"]["count"] == 4
+    assert read_summary(tmp_path / "short" / SUMMARY).short_completions.count == 4
     assert "warning: 4 of 4 requests ended before their planned max_tokens" in short.stderr
 
 
@@ -470,7 +474,7 @@ def test_cli_bench_with_the_key_from_the_environment_never_writes_it(keyed_url: 
     out = tmp_path / "run"
     result = bench(*bench_args(keyed_url, out), "--api-key-env", "MY_SERVING_KEY", env={"MY_SERVING_KEY": KEY})
     assert result.returncode == 0, result.stderr
-    assert read_json(out / SUMMARY)["requests"]["ok"] == 4
+    assert read_summary(out / SUMMARY).requests.ok == 4
     assert read_json(out / RUN_INFO)["client"]["header_names"] == ["Authorization"]
     written = [p for p in out.rglob("*") if p.is_file()]
     assert written and all(KEY.encode() not in p.read_bytes() for p in written)

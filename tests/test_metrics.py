@@ -12,6 +12,7 @@ from bakeoff.metrics import (
     itl_ms,
     itl_per_token_ms,
     meets_slo,
+    nearest_rank,
     stats,
     summarize,
     tpot_ms,
@@ -20,6 +21,7 @@ from bakeoff.metrics import (
     window_s,
 )
 from bakeoff.records import ErrorKind, RequestRecord, UsageSource
+from bakeoff.results import ShortCompletions
 from bakeoff.specs import Slo
 
 MS = 1_000_000
@@ -81,9 +83,17 @@ def test_no_content_means_no_ttft() -> None:
 
 
 def test_tpot_uses_usage_tokens_not_chunks() -> None:
-    # 4 chunks but 7 tokens (several per chunk): (170 - 100) / (7 - 1).
+    # 4 chunks but 7 tokens (several per chunk): (last chunk 160 - first 100) / (7 - 1);
+    # the stream's end (usage chunk, [DONE]) at 170 is not decode time.
     r = rec(end=170.0, tokens=7, chunk_tokens=[1, 2, 2, 2])
-    assert tpot_ms(r) == pytest.approx(70.0 / 6)
+    assert tpot_ms(r) == pytest.approx(60.0 / 6)
+
+
+def test_tpot_leaves_out_the_tokens_of_the_first_chunk() -> None:
+    # The first chunk carries 3 tokens (SGLang, TensorRT-LLM): 4 tokens were decoded after it.
+    r = rec(end=400.0, tokens=7, chunk_tokens=[3, 2, 1, 1])
+    assert tpot_ms(r) == pytest.approx(60.0 / 4)
+    assert tpot_ms(rec(chunks=(100.0,), tokens=3, chunk_tokens=[3])) is None  # nothing after the first chunk
 
 
 def test_tpot_undefined_below_two_tokens() -> None:
@@ -109,25 +119,24 @@ def test_itl_single_chunk_has_no_gaps() -> None:
 # --- statistics -----------------------------------------------------------------------
 
 
-def test_percentiles_linear_interpolation() -> None:
+def test_percentiles_are_nearest_rank() -> None:
+    # Every percentile is a sample some request really had: no interpolation between two.
     out = stats(float(v) for v in range(1, 101))
-    assert out["mean"] == pytest.approx(50.5)
-    assert out["p50"] == pytest.approx(50.5)
-    assert out["p90"] == pytest.approx(90.1)
-    assert out["p95"] == pytest.approx(95.05)
-    assert out["p99"] == pytest.approx(99.01)
-    assert out["p99.9"] == pytest.approx(99.901)
-    assert out["count"] == 100
+    assert out.mean == pytest.approx(50.5)
+    assert (out.p50, out.p90, out.p95, out.p99, out.p99_9) == (50.0, 90.0, 95.0, 99.0, 100.0)
+    assert out.n == 100
+    assert nearest_rank([3.0, 1.0, 2.0, 10.0], 75) == 3.0
+    assert nearest_rank([], 50) is None
 
 
 def test_stats_of_nothing() -> None:
     out = stats([])
-    assert out["count"] == 0 and out["mean"] is None and out["p99"] is None
+    assert out.n == 0 and out.mean is None and out.p99 is None
 
 
 def test_stats_single_value() -> None:
     out = stats([7.0])
-    assert out["p50"] == out["p99.9"] == out["mean"] == 7.0
+    assert out.p50 == out.p99_9 == out.mean == 7.0
 
 
 # --- run summary ----------------------------------------------------------------------
@@ -146,68 +155,68 @@ def run_records() -> list[RequestRecord]:
 
 def test_warmup_is_excluded_everywhere() -> None:
     summary = summarize(run_records())
-    assert summary["requests"]["warmup"] == 1
-    assert summary["tokens"]["completion"] == 40
-    assert summary["throughput"]["window_s"] == pytest.approx(2.0)
+    assert summary.requests.warmup == 1
+    assert summary.tokens.completion == 40
+    assert summary.throughput.window_s == pytest.approx(2.0)
 
 
 def test_failures_counted_by_kind_and_kept_out_of_latency() -> None:
     summary = summarize(run_records())
-    assert summary["requests"]["ok"] == 2
-    assert summary["requests"]["failed"] == 3
-    assert summary["requests"]["failed_by_kind"] == {"http": 1, "stall": 2}
-    assert summary["ttft_ms"]["count"] == 2
+    assert summary.requests.ok == 2
+    assert summary.requests.failed == 3
+    assert summary.requests.failed_by_kind == {"http": 1, "stall": 2}
+    assert summary.latency.ttft_ms.n == 2
 
 
 def test_throughput_over_the_measured_window() -> None:
     # First measured send at 0 ms, last end at 2000 ms: 40 output tokens, 20 prompt tokens.
-    throughput = summarize(run_records())["throughput"]
-    assert throughput["output_tok_s"] == pytest.approx(20.0)
-    assert throughput["total_tok_s"] == pytest.approx(30.0)
-    assert throughput["req_s"] == pytest.approx(1.0)
+    throughput = summarize(run_records()).throughput
+    assert throughput.output_tok_s == pytest.approx(20.0)
+    assert throughput.total_tok_s == pytest.approx(30.0)
+    assert throughput.req_s == pytest.approx(1.0)
     assert window_s([]) == 0.0
 
 
 def test_latency_block_values() -> None:
     summary = summarize([rec(0.0, end=170.0, first_event=5.0, tokens=4)])
-    assert summary["ttft_ms"]["p50"] == pytest.approx(100.0)
-    assert summary["ttfb_ms"]["p50"] == pytest.approx(5.0)
-    assert summary["e2e_ms"]["p50"] == pytest.approx(170.0)
-    assert summary["tpot_ms"]["p50"] == pytest.approx(70.0 / 3)
-    assert summary["itl_ms"]["count"] == 3
-    assert summary["tok_s_per_user"]["p50"] == pytest.approx(1000.0 / (70.0 / 3))
-    assert summary["tokens"]["chunks_per_output_token"] == pytest.approx(1.0)
+    assert summary.latency.ttft_ms.p50 == pytest.approx(100.0)
+    assert summary.latency.ttfb_ms.p50 == pytest.approx(5.0)
+    assert summary.latency.e2e_ms.p50 == pytest.approx(170.0)
+    assert summary.latency.tpot_ms.p50 == pytest.approx(60.0 / 3)
+    assert summary.latency.itl_ms.n == 3
+    assert summary.latency.tok_s_per_user.p50 == pytest.approx(1000.0 / (60.0 / 3))
+    assert summary.tokens.chunks_per_output_token == pytest.approx(1.0)
 
 
 def test_usage_sources_are_reported() -> None:
     summary = summarize([rec(), rec(usage_source="tokenizer"), rec(usage_source="tokenizer")])
-    assert summary["tokens"]["usage_sources"] == {"server": 1, "tokenizer": 2}
+    assert summary.tokens.usage_sources == {"server": 1, "tokenizer": 2}
 
 
 def test_queue_delay_for_open_loop_records() -> None:
     summary = summarize([rec(12.0, scheduled=10.0), rec(30.0, scheduled=30.0)])
-    assert summary["queue_delay_ms"]["mean"] == pytest.approx(1.0)
-    assert "queue_delay_ms" not in summarize([rec()])
+    assert summary.queue_delay_ms is not None and summary.queue_delay_ms.mean == pytest.approx(1.0)
+    assert summarize([rec()]).queue_delay_ms is None
 
 
 def test_slo_goodput() -> None:
     slo = Slo(ttft_ms=150.0, tpot_ms=30.0)
-    good = rec(0.0, end=170.0, tokens=4)  # TTFT 100, TPOT 23.3
+    good = rec(0.0, end=170.0, tokens=4)  # TTFT 100, TPOT 20
     slow_start = rec(0.0, chunks=(200.0, 210.0), end=220.0, tokens=2)  # TTFT 200
     slow_decode = rec(0.0, chunks=(100.0, 150.0), end=150.0, tokens=2)  # TPOT 50
     failed = rec(0.0, end=1000.0, error="stream_cut")  # fast, but failed requests never count
     records = [good, slow_start, slow_decode, failed]
     assert [meets_slo(r, slo) for r in records] == [True, False, False, False]
-    block = summarize(records, slo)["slo"]
-    assert block["met"] == 1
-    assert block["attainment"] == pytest.approx(0.25)
-    assert block["goodput_req_s"] == pytest.approx(1.0)  # 1 request over a 1 s window
-    assert block["ttft_ms"] == 150.0
+    block = summarize(records, slo).slo
+    assert block is not None and block.met == 1
+    assert block.attainment == pytest.approx(0.25)
+    assert block.goodput_req_s == pytest.approx(1.0)  # 1 request over a 1 s window
+    assert block.ttft_ms == 150.0
 
 
 def test_no_slo_block_without_bounds() -> None:
-    assert "slo" not in summarize([rec()])
-    assert "slo" not in summarize([rec()], Slo())
+    assert summarize([rec()]).slo is None
+    assert summarize([rec()], Slo()).slo is None
 
 
 def test_by_group_for_workload_classes() -> None:
@@ -216,10 +225,10 @@ def test_by_group_for_workload_classes() -> None:
         rec(0.0, chunks=(300.0, 320.0), group="long"),
         rec(0.0, chunks=(500.0, 520.0), group="s0", turn=0),  # sessions are not groups
     ]
-    by_group = summarize(records)["by_group"]
+    by_group = summarize(records).by_group
     assert set(by_group) == {"short", "long"}
-    assert by_group["long"]["ttft_ms"]["p50"] == pytest.approx(300.0)
-    assert by_group["short"]["ttft_ms"]["p50"] == pytest.approx(100.0)
+    assert by_group["long"].ttft_ms.p50 == pytest.approx(300.0)
+    assert by_group["short"].ttft_ms.p50 == pytest.approx(100.0)
 
 
 def test_ttft_by_turn_is_the_median_per_turn() -> None:
@@ -229,7 +238,8 @@ def test_ttft_by_turn_is_the_median_per_turn() -> None:
         rec(0.0, chunks=(50.0, 60.0), group="s0", turn=1),
         rec(0.0, chunks=(), group="s1", turn=1, error="stall"),
     ]
-    assert summarize(records)["ttft_ms_by_turn"] == {"0": pytest.approx(200.0), "1": pytest.approx(50.0)}
+    # Nearest rank: the median of two is the lower one.
+    assert summarize(records).ttft_ms_by_turn == {0: pytest.approx(100.0), 1: pytest.approx(50.0)}
 
 
 def test_cost_per_million_tokens() -> None:
@@ -249,24 +259,17 @@ def planned_rec(planned: int, got: int, **kwargs: Any) -> RequestRecord:
 
 
 def test_exact_completions_carry_no_warning() -> None:
-    block = summarize([planned_rec(4, 4), planned_rec(4, 4)])["short_completions"]
-    assert block == {
-        "checked": 2,
-        "count": 0,
-        "share": 0.0,
-        "tokens_missing": 0,
-        "tokens_planned": 8,
-        "warning": None,
-    }
+    block = summarize([planned_rec(4, 4), planned_rec(4, 4)]).short_completions
+    assert block == ShortCompletions(checked=2, count=0, share=0.0, tokens_missing=0, tokens_planned=8, warning=None)
 
 
 def test_short_completions_are_counted_and_flagged() -> None:
     records = [planned_rec(16, 16), planned_rec(16, 3), planned_rec(16, 0), planned_rec(16, 16)]
-    block = summarize(records)["short_completions"]
-    assert (block["checked"], block["count"], block["share"]) == (4, 2, 0.5)
-    assert (block["tokens_missing"], block["tokens_planned"]) == (29, 64)
-    assert "2 of 4 requests ended before their planned max_tokens" in block["warning"]
-    assert "min_tokens" in block["warning"]
+    block = summarize(records).short_completions
+    assert (block.checked, block.count, block.share) == (4, 2, 0.5)
+    assert (block.tokens_missing, block.tokens_planned) == (29, 64)
+    assert block.warning is not None and "2 of 4 requests ended before their planned max_tokens" in block.warning
+    assert "min_tokens" in block.warning
 
 
 def test_short_completion_checks_skip_warmup_failures_and_unplanned_records() -> None:
@@ -276,5 +279,5 @@ def test_short_completion_checks_skip_warmup_failures_and_unplanned_records() ->
         planned_rec(0, 2),  # no plan recorded (a run from before max_tokens was kept)
         planned_rec(16, 15, usage_source="tokenizer"),  # re-tokenized text may be off by a token
     ]
-    block = summarize(records)["short_completions"]
-    assert block["checked"] == 0 and block["count"] == 0 and block["warning"] is None
+    block = summarize(records).short_completions
+    assert block.checked == 0 and block.count == 0 and block.warning is None

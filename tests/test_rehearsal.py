@@ -20,6 +20,7 @@ from bakeoff.campaign import run_campaign
 from bakeoff.launchers import launcher_kind
 from bakeoff.rehearsal import MARKER, rehearsal_spec
 from bakeoff.specs import ConcurrencySweep, ServerConfig, load_campaign
+from bakeoff.store import read_summary
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))
@@ -73,7 +74,7 @@ def _cells(folder: Path) -> list[dict[str, Any]]:
     for info in sorted((folder / "cells").glob("*/cell.json")):
         cell = json.loads(info.read_text())
         cell["runs"] = [
-            (json.loads(p.read_text()), json.loads((p.parent / "run.json").read_text()))
+            (read_summary(p), json.loads((p.parent / "run.json").read_text()))
             for p in sorted(info.parent.glob("runs/*/summary.json"))
         ]
         cells.append(cell)
@@ -95,9 +96,9 @@ def test_rehearsal_runs_every_cell_without_a_failure(rehearsals: dict[str, Path]
         assert effort["failed_start_attempts"] == [], label
         assert cell["runs"], f"{label}: no run"
         for summary, run in cell["runs"]:
-            assert summary["rehearsal"] is True
-            assert summary["requests"]["failed"] == 0, (label, summary["requests"]["failed_by_kind"])
-            assert summary["requests"]["ok"] > 0
+            assert summary.rehearsal is True
+            assert summary.requests.failed == 0, (label, summary.requests.failed_by_kind)
+            assert summary.requests.ok > 0
             server = run["server"]
             assert server["kind"] == "rehearsal"
             backend = load_backend(cell["backend"])
@@ -125,17 +126,18 @@ def test_rehearsal_prefix_cache_hit_rates_come_from_counters(rehearsals: dict[st
     cells = {c["server"]["label"]: c for c in _cells(rehearsals["gpu-agent-3k-context"])}
     for label, cell in cells.items():
         for summary, run in cell["runs"]:
-            block = summary["prefix_cache"]
-            designed = block["designed_reuse"]
+            block = summary.prefix_cache
+            assert block is not None, label
+            designed = block.designed_reuse
             assert designed and designed > 0.5, label
-            rate = block["server_hit_rate"]
+            rate = block.server_hit_rate
             if label == "vllm-no-prefix":
                 assert rate == 0.0, block  # the stand-in honours prefix_caching: false
                 continue
-            assert block["server_hits"] is not None and block["server_queries"], (label, block)
-            assert rate == pytest.approx(block["server_hits"] / block["server_queries"])
+            assert block.server_hits is not None and block.server_queries, (label, block)
+            assert rate == pytest.approx(block.server_hits / block.server_queries)
             assert rate == pytest.approx(designed, abs=0.1), (label, block)
             # Usage-reported cached tokens agree with the counters (absent details count as 0).
-            assert block["cached_tokens_ratio"] == pytest.approx(rate, abs=0.05), (label, block)
+            assert block.cached_tokens_ratio == pytest.approx(rate, abs=0.05), (label, block)
             if load_backend(cell["backend"]).cache_reset.kind == "http":
                 assert run["prefix_cache_reset_before_run"], label

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from bakeoff.client import PlannedRequest
+from bakeoff.results import Latency, Requests, RunSummary, Stat, Throughput, Tokens
 from bakeoff.slo import SLO_PRESETS, resolve_slo, run_meets_slo, search_max_rate
 from bakeoff.specs import OpenLoop, Slo
 from bakeoff.workloads import RunPlan
 
 
-def fake_summary(ttft_p99: float, tpot_p99: float, failed: int = 0) -> dict[str, Any]:
-    return {
-        "requests": {"ok": 10, "failed": failed},
-        "ttft_ms": {"p99": ttft_p99},
-        "tpot_ms": {"p99": tpot_p99},
-        "e2e_ms": {"p99": 1.0},
-    }
+def fake_summary(ttft_p99: float, tpot_p99: float, failed: int = 0) -> RunSummary:
+    return RunSummary(
+        requests=Requests(ok=10, failed=failed),
+        latency=Latency(ttft_ms=Stat(n=10, p99=ttft_p99), tpot_ms=Stat(n=10, p99=tpot_p99), e2e_ms=Stat(n=10, p99=1.0)),
+        throughput=Throughput(output_tok_s=1.0, total_tok_s=1.0, req_s=1.0, window_s=10.0),
+        tokens=Tokens(prompt=10, completion=10),
+    )
 
 
 def test_preset_fills_bounds_but_explicit_values_win() -> None:
@@ -46,7 +45,7 @@ def test_search_converges_on_the_knee() -> None:
     wl = OpenLoop(rates=[2.0, 16.0], input_len=8, output_len=8, slo_search=True, search_steps=8, search_tolerance=0.05)
     seen: list[RunPlan] = []
 
-    def execute(plan: RunPlan) -> dict[str, Any]:
+    def execute(plan: RunPlan) -> RunSummary:
         seen.append(plan)
         assert [r.prompt for r in plan.requests] == [r.prompt for r in requests]  # same requests
         assert plan.rate is not None

@@ -36,7 +36,8 @@ def with_(**changes: object) -> dict[str, object]:
 
 def test_valid_campaign_expands_to_cells(tmp_path: Path, tiny_model: Path) -> None:
     cells = validate_campaign(write(tmp_path, BASE))
-    assert [c.cell_id for c in cells] == ["a__concurrency"]
+    # Three repeats by default, each its own cell folder.
+    assert [c.cell_id for c in cells] == ["a__concurrency", "a__concurrency__r2", "a__concurrency__r3"]
 
 
 @pytest.mark.parametrize(

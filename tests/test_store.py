@@ -9,7 +9,7 @@ import pytest
 
 from bakeoff.records import RequestRecord
 from bakeoff.runner import salvage_runs
-from bakeoff.store import RecordJournal, atomic_write_bytes, read_journal, read_records, write_records
+from bakeoff.store import RecordJournal, atomic_write_bytes, read_journal, read_records, read_summary, write_records
 
 
 def record(i: int, ok: bool = True) -> RequestRecord:
@@ -45,9 +45,9 @@ def test_salvage_finishes_an_interrupted_run(tmp_path: Path) -> None:
     done.mkdir(parents=True)
     (done / "summary.json").write_text("{}")
     assert salvage_runs(tmp_path / "cells") == [run]
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["interrupted"] is True
-    assert summary["requests"]["ok"] == 1 and summary["requests"]["failed_by_kind"] == {"stream_cut": 1}
+    summary = read_summary(run / "summary.json")
+    assert summary.interrupted is True and summary.workload.run == "c4"
+    assert summary.requests.ok == 1 and summary.requests.failed_by_kind == {"stream_cut": 1}
     assert (run / "records.parquet").is_file()
     assert json.loads((done / "summary.json").read_text()) == {}  # finished runs untouched
 

@@ -70,15 +70,7 @@ def describe_launch(name: str, knobs: dict[str, KnobValue], *, model: str = "/mo
     if launch.config_text is not None and backend.config_file is not None:
         lines += ["", f"{backend.config_file.filename} ({backend.config_file.flag}):"]
         lines += [f"  {line}" for line in launch.config_text.rstrip().splitlines()]
-    lines += ["", "knobs:"]
-    if not launch.non_default:
-        lines.append("  all at the backend's defaults")
-    for knob, value in launch.non_default.items():
-        spec = backend.knobs[knob]
-        lines.append(
-            f"  {knob} = {flag_text(value)} (default: {_default_text(spec.default)}): "
-            f"changing it needs {spec.change_needs}"
-        )
+    lines += ["", "knobs:", *_knob_lines(backend, launch)]
     notes = [
         *backend.notes,
         *(f"{k}: {backend.knobs[k].note}" for k in launch.knobs if backend.knobs[k].note),
@@ -88,6 +80,25 @@ def describe_launch(name: str, knobs: dict[str, KnobValue], *, model: str = "/mo
     if launch.warnings:
         lines += ["", "warnings:", *(f"  - {warning}" for warning in launch.warnings)]
     return "\n".join(lines) + "\n"
+
+
+def _knob_lines(backend: BackendSpec, launch: RenderedLaunch) -> list[str]:
+    """Every knob the command sets, the ones equal to the backend's default included.
+
+    A knob set to its default value (``chunked_prefill=true`` where that is the default)
+    still pins it in the command; leaving it out would read as "nothing was set".
+    """
+    if not launch.knobs:
+        return ["  none set: all at the backend's defaults"]
+    lines = []
+    for knob, value in launch.knobs.items():
+        spec = backend.knobs[knob]
+        same = "" if knob in launch.non_default else ", the same value"
+        lines.append(
+            f"  {knob} = {flag_text(value)} (default: {_default_text(spec.default)}{same}): "
+            f"changing it needs {spec.change_needs}"
+        )
+    return lines
 
 
 def _engine_folder(backend: BackendSpec, knobs: dict[str, KnobValue], model: str) -> tuple[str, bool]:

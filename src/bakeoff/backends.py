@@ -36,6 +36,7 @@ from bakeoff.knobs import (
     parse_knob_args,
     value_key,
 )
+from bakeoff.paths import BACKENDS_ENV, backend_dirs, shipped
 from bakeoff.specs import format_validation_error
 
 # check_knob and parse_knob_args live in bakeoff.knobs; callers import them from here too.
@@ -80,7 +81,8 @@ KNOB_VOCABULARY: dict[str, str] = {
     "dtype": "weight and activation precision (auto = the checkpoint's)",
 }
 
-BACKENDS_DIR = Path(__file__).resolve().parents[2] / "backends"
+# The backends that ship with bakeoff (bakeoff.paths resolves them for every kind of install).
+BACKENDS_DIR = shipped("backends")
 
 # Where a draft model for speculative decoding is expected inside the server's container;
 # value maps write ``{draft_model}`` and rendering fills it in.
@@ -235,6 +237,10 @@ class BackendSpec(_Strict):
     runtime: Literal["process", "container"]
     accelerator: Literal["cpu", "gpu"] = "cpu"
     version: str = ""
+    python: Literal["harness", "engine"] = Field(
+        default="harness",
+        description="interpreter {python} renders to: the harness's, or the engine environment's (bakeoff.engine_env)",
+    )
     model_format: Literal["hf", "gguf"] = Field(default="hf", description="gguf: converted first")
     rehearsal_profile: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None, description="reference-server profile that stands in for this backend in a rehearsal"
@@ -309,11 +315,21 @@ class RenderedLaunch:
         return shlex.join(self.argv)
 
 
-def load_backend(name: str, directory: Path = BACKENDS_DIR) -> BackendSpec:
-    """Read ``backends/NAME.yaml``; an unknown name lists the backends that exist."""
-    path = directory / f"{name}.yaml"
+# A folder of the user's own backend YAMLs, searched before the shipped ones.
+BACKENDS_DIR_ENV = BACKENDS_ENV
+
+
+def _backend_dirs(directory: Path | None) -> list[Path]:
+    # $BAKEOFF_BACKENDS_DIR or ./backends, then the shipped ones: see bakeoff.paths.
+    return [directory] if directory is not None else backend_dirs()
+
+
+def load_backend(name: str, directory: Path | None = None) -> BackendSpec:
+    """Read ``NAME.yaml`` (``$BAKEOFF_BACKENDS_DIR`` first, then ``backends/``); an unknown name lists them."""
+    dirs = _backend_dirs(directory)
+    path = next((d / f"{name}.yaml" for d in dirs if (d / f"{name}.yaml").is_file()), dirs[-1] / f"{name}.yaml")
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
+        known = ", ".join(sorted({p.stem for d in dirs for p in d.glob("*.yaml")})) or "none"
         raise SpecError(f"unknown backend {name!r}; known backends: {known}")
     # ${VAR} in a spec (e.g. ${NGC_REGISTRY} in TensorRT-LLM's image) comes from the
     # environment; unset ones stay visible and are refused when a launch needs them.
@@ -324,8 +340,8 @@ def load_backend(name: str, directory: Path = BACKENDS_DIR) -> BackendSpec:
         raise SpecError(format_validation_error(str(path), exc)) from exc
 
 
-def list_backends(directory: Path = BACKENDS_DIR) -> list[str]:
-    return sorted(p.stem for p in directory.glob("*.yaml"))
+def list_backends(directory: Path | None = None) -> list[str]:
+    return sorted({p.stem for d in _backend_dirs(directory) for p in d.glob("*.yaml")})
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -7,13 +7,28 @@ with exit status 2; input is validated before any server starts.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bakeoff.errors import BakeoffError, SpecError
+from bakeoff.errors import BakeoffError, ServerDiedError, SpecError
 
+DESCRIPTION = """\
+Compare LLM serving frameworks with identical requests.
+
+  bakeoff bench      measure one running OpenAI-compatible server
+  bakeoff campaign   validate or run servers x knobs x workloads into a report
+  bakeoff report     render a campaign's report again from its saved results
+  bakeoff advise     name the next knob to turn and write the campaign that tests it
+  bakeoff backends   list backends, show the exact launch for a knob set
+  bakeoff trace      inspect a production trace, or convert it to bakeoff's JSONL
+  bakeoff model      generate the local test model
+  bakeoff history    list archived runs, or query them with SQL
+  bakeoff baseline   mark the runs compare judges against
+  bakeoff compare    improved / regressed / within noise vs the baseline (exit 1 on regression)
+  bakeoff trend      render each metric over time per server and framework version
+
+Errors end as one line on stderr with exit status 2, before any server starts."""
 
 def _positive(name: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
@@ -29,21 +44,146 @@ def _positive(name: str) -> Callable[[str], int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bakeoff", description=__doc__)
+    parser = argparse.ArgumentParser(prog="bakeoff", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server")
-    bench.add_argument("--base-url", required=True)
+    _bench_options(bench)
+
+    model = sub.add_parser("model", help="generate the local model")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    make = model_sub.add_parser("make", help="random-weight Llama + locally trained tokenizer")
+    make.add_argument("--preset", choices=["tiny", "small"], required=True)
+    make.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokenizer corpus")
+    make.add_argument("out_dir", nargs="?", type=Path, help="default: models/PRESET")
+
+    campaign = sub.add_parser("campaign", help="validate or run a campaign")
+    camp_sub = campaign.add_subparsers(dest="campaign_command", required=True)
+    validate = camp_sub.add_parser("validate", help="check a campaign without running it")
+    validate.add_argument("files", nargs="+", type=Path, help="campaign files, or shipped campaign names (cpu-demo)")
+    run = camp_sub.add_parser("run", help="run every cell, then build the report")
+    run.add_argument("file", type=Path, help="a campaign YAML file, or a shipped campaign name (cpu-demo)")
+    run.add_argument("--out", type=Path, help="default: reports/CAMPAIGN")
+    run.add_argument("--only", action="append", default=[], help="run only these server labels")
+    run.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="replace each GPU container by the reference server in that framework's wire profile and run a "
+        "scaled-down campaign end to end (default out: reports/CAMPAIGN-rehearsal); measures nothing",
+    )
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="measure every cell again; by default cells already measured in the output folder with the same "
+        "plans, knobs and versions are kept and only the rest (new, changed, interrupted, failed) run",
+    )
+    run.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the cells as tasks on a Ray cluster: at ADDRESS, else at RAY_ADDRESS, else on a local one "
+        "(needs bakeoff[ray]; default: cells run one after another here)",
+    )
+    run.add_argument(
+        "--store",
+        metavar="PATH_OR_URI",
+        help="with --ray: where results go, a folder every node mounts or an object-store URI (s3://, gs://); "
+        "default: the --out folder",
+    )
+
+    schedule = sub.add_parser("schedule", help="print ready-to-use schedules for re-running a campaign")
+    sched_sub = schedule.add_subparsers(dest="schedule_command", required=True)
+    sched = sched_sub.add_parser(
+        "print", help="a GitHub Actions workflow (self-hosted runner), a systemd service + timer and a crontab line"
+    )
+    sched.add_argument("--campaign", type=Path, required=True, help="campaign file, relative to the checkout")
+    sched.add_argument("--every", required=True, help="1h, 6h, 12h (any N dividing 24), 1d or 1w")
+    sched.add_argument("--at", default="03:00", help="time of day for daily and weekly runs (HH:MM, default 03:00)")
+    sched.add_argument("--weekday", default="Mon", help="day of weekly runs (Mon..Sun, default Mon)")
+    sched.add_argument("--workdir", default="/opt/bakeoff", help="the checkout on the machine that runs it")
+    sched.add_argument("--out", type=Path, help="write the files under this folder instead of printing them")
+
+    backends = sub.add_parser("backends", help="list backends or show a rendered launch")
+    back_sub = backends.add_subparsers(dest="backends_command", required=True)
+    back_sub.add_parser("list", help="list backend specs")
+    show = back_sub.add_parser("show", help="print the exact launch command for a knob set")
+    show.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
+    show.add_argument("--knob", action="append", default=[], help="name=value, repeatable")
+
+    report = sub.add_parser("report", help="render a campaign's report again from its saved results (no measuring)")
+    report.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
+    advise = sub.add_parser("advise", help="the next knob to turn, from a campaign's diagnosis, as a campaign to run")
+    advise.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
+    advise.add_argument("--out", type=Path, help="the campaign file to write (default: CAMPAIGN_DIR/advice.yaml)")
+    from bakeoff.traces.command import add_trace_commands
+
+    add_trace_commands(sub)
+    from bakeoff.history_cmd import add_history_commands
+
+    add_history_commands(sub)
+    _plain_help(parser)
+    return parser
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Plain-text help where every option with a default states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or action.required or default in (None, argparse.SUPPRESS, ""):
+            return text
+        if default == []:  # a repeatable option given no times
+            return f"{text} (default: none)"
+        return f"{text} (default: %(default)s)"
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)parser the same formatter; argparse does not pass it down."""
+    parser.formatter_class = _Help
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _plain_help(child)
+
+
+def _bench_options(bench: argparse.ArgumentParser) -> None:
+    from bakeoff.bench_cmd import parse_length
+
+    bench.add_argument("--base-url", required=True, help="the server's root URL, without /v1 (http(s)://host:port)")
     bench.add_argument("--model", required=True, help="served model name")
-    bench.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    bench.add_argument("--concurrency", type=_positive("--concurrency"), required=True)
-    bench.add_argument("--num-requests", type=_positive("--num-requests"), required=True)
-    bench.add_argument("--input-len", type=_positive("--input-len"), required=True)
-    bench.add_argument("--output-len", type=_positive("--output-len"), required=True)
+    bench.add_argument("--endpoint", choices=["completions", "chat"], default="completions", help="API to call")
+    bench.add_argument(
+        "--concurrency",
+        type=_positive("--concurrency"),
+        nargs="+",
+        help="closed loop: requests in flight, one run per level; with --rate, a cap (default: no cap); "
+        "with --turns, conversations at once (default: 4)",
+    )
+    bench.add_argument(
+        "--rate", type=float, nargs="+", help="open loop: arrivals per second, one run per rate (default: closed loop)"
+    )
+    bench.add_argument("--arrival", choices=["poisson", "gamma", "constant"], default="poisson", help="--rate arrivals")
+    bench.add_argument("--burstiness", type=float, default=1.0, help="gamma arrivals: below 1 is burstier")
+    bench.add_argument(
+        "--turns", type=_positive("--turns"), help="multi-turn conversations of N turns, chat endpoint (default: off)"
+    )
+    bench.add_argument("--conversations", type=_positive("--conversations"), default=8, help="with --turns")
+    bench.add_argument("--system-prompt-len", type=_positive("--system-prompt-len"), default=1024, help="with --turns")
+    bench.add_argument(
+        "--num-requests", type=_positive("--num-requests"), default=64, help="measured requests per level or rate"
+    )
+    length = "N, uniform:MIN:MAX or normal:MEAN:STD tokens"
+    bench.add_argument("--input-len", type=parse_length, default="256", help=f"prompt length: {length}")
+    bench.add_argument("--output-len", type=parse_length, default="64", help=f"output length: {length}")
     bench.add_argument("--warmup", type=int, default=2, help="warm-up requests, not counted")
-    bench.add_argument("--tokenizer", type=Path, help="model folder or tokenizer.json: exact prompt lengths")
-    bench.add_argument("--request-timeout", type=float, default=120.0)
-    bench.add_argument("--stall-timeout", type=float, default=30.0)
+    bench.add_argument(
+        "--tokenizer", type=Path, help="model folder or tokenizer.json for exact prompt lengths (default: approximate)"
+    )
+    bench.add_argument("--request-timeout", type=float, default=120.0, help="seconds per request")
+    bench.add_argument("--stall-timeout", type=float, default=30.0, help="seconds without a byte before giving up")
+    bench.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to open a connection")
     bench.add_argument("--no-ignore-eos", action="store_true", help="for servers that reject ignore_eos")
     bench.add_argument(
         "--no-min-tokens",
@@ -53,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--api-key-env",
         metavar="NAME",
-        help="environment variable holding the server's API key, sent as 'Authorization: Bearer' on every request",
+        help="environment variable holding the server's API key, sent as 'Authorization: Bearer' on every request "
+        "(default: no key)",
     )
     bench.add_argument(
         "--header",
@@ -62,69 +203,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME:VALUE",
         help="extra header on every request, repeatable (secrets belong in --api-key-env)",
     )
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--out", type=Path, required=True, help="run folder to write")
-
-    model = sub.add_parser("model", help="generate the local model")
-    model_sub = model.add_subparsers(dest="model_command", required=True)
-    make = model_sub.add_parser("make", help="random-weight Llama + locally trained tokenizer")
-    make.add_argument("--preset", choices=["tiny", "small"], required=True)
-    make.add_argument("--seed", type=int, default=0)
-    make.add_argument("out_dir", nargs="?", type=Path, help="default: models/PRESET")
-
-    campaign = sub.add_parser("campaign", help="validate or run a campaign")
-    camp_sub = campaign.add_subparsers(dest="campaign_command", required=True)
-    validate = camp_sub.add_parser("validate", help="check a campaign without running it")
-    validate.add_argument("files", nargs="+", type=Path)
-    run = camp_sub.add_parser("run", help="run every cell, then build the report")
-    run.add_argument("file", type=Path)
-    run.add_argument("--out", type=Path, help="default: reports/CAMPAIGN")
-    run.add_argument("--only", action="append", default=[], help="run only these server labels")
-    run.add_argument(
-        "--rehearse",
-        action="store_true",
-        help="replace each GPU container by the reference server in that framework's wire profile and run a "
-        "scaled-down campaign end to end (default out: reports/CAMPAIGN-rehearsal); measures nothing",
-    )
-
-    backends = sub.add_parser("backends", help="list backends or show a rendered launch")
-    back_sub = backends.add_subparsers(dest="backends_command", required=True)
-    back_sub.add_parser("list", help="list backend specs")
-    show = back_sub.add_parser("show", help="print the exact launch command for a knob set")
-    show.add_argument("name")
-    show.add_argument("--knob", action="append", default=[], help="name=value, repeatable")
-    return parser
+    bench.add_argument("--seed", type=int, default=0, help="seed of the prompts and lengths")
+    bench.add_argument("--out", type=Path, required=True, help="run folder to write; must be new unless --force")
+    bench.add_argument("--force", action="store_true", help="replace the results already in --out")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from bakeoff.auth import parse_header_arg, request_headers
-    from bakeoff.client import ClientSettings, check_server
+    from bakeoff.bench_cmd import bench_workload, check_context, claim_out, print_failures
+    from bakeoff.client import ClientSettings
+    from bakeoff.control import check_server
     from bakeoff.prompts import PromptFactory, load_tokenizer
     from bakeoff.report import summary_table
     from bakeoff.runner import RunTarget, execute_plan
-    from bakeoff.specs import ConcurrencySweep
-    from bakeoff.workloads import PlanBuilder
+    from bakeoff.workloads import PlanBuilder, longest_request
 
     if args.warmup < 0:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")
-    # Before anything is sent: a missing key variable is an error naming it.
+    # Everything checkable is checked before the first request is sent.
+    workload = bench_workload(args)
     headers = request_headers(args.api_key_env, dict(parse_header_arg(h) for h in args.header))
     tokenizer = load_tokenizer(args.tokenizer)
-    workload = ConcurrencySweep(
-        levels=[args.concurrency],
-        requests_per_level=args.num_requests,
-        warmup_requests=args.warmup,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        endpoint=args.endpoint,
-        seed=args.seed,
-        request_timeout_s=args.request_timeout,
-        stall_timeout_s=args.stall_timeout,
-    )
-    asyncio.run(check_server(args.base_url, args.model, headers=headers))
+    served = {m.id: m for m in check_server(args.base_url, args.model, headers=headers)}
+    limit = served[args.model].max_model_len if args.model in served else None
+    check_context(limit, longest_request(workload), args.model)
+    claim_out(args.out, args.force)
     if not tokenizer.exact:
         print("note: no --tokenizer given; prompt lengths are approximate (word count)", file=sys.stderr)
-    plan = PlanBuilder(PromptFactory(tokenizer)).build(workload)[0]
+    plans = PlanBuilder(PromptFactory(tokenizer)).build(workload)
     settings = ClientSettings(
         base_url=args.base_url,
         model=args.model,
@@ -134,20 +240,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
         count_tokens=tokenizer.count if tokenizer.exact else None,
         headers=headers,
         min_tokens=not args.no_min_tokens,
+        connect_timeout_s=args.connect_timeout,
     )
     target = RunTarget(settings, server_info={"base_url": args.base_url, "external": True})
-    summary = execute_plan(plan, target, args.out)
-    print(summary_table({f"c{args.concurrency}": summary}))
-    if summary["short_completions"]["warning"]:
-        print(f"warning: {summary['short_completions']['warning']}", file=sys.stderr)
+    summaries = {}
+    for plan in plans:
+        # One plan writes straight into --out (as before); a sweep gets a folder per run.
+        run_dir = args.out if len(plans) == 1 else args.out / plan.name
+        try:
+            summaries[plan.name] = summary = execute_plan(plan, target, run_dir)
+        except ServerDiedError:
+            print_failures(run_dir)  # what the server said before it died
+            raise
+        if summary.short_completions.warning:
+            where = "" if len(plans) == 1 else f"{plan.name}: "
+            print(f"warning: {where}{summary.short_completions.warning}", file=sys.stderr)
+        print_failures(run_dir)
+    print(summary_table(summaries))
     print(f"results: {args.out}")
-    return 0 if summary["requests"]["ok"] > 0 else 1
+    return 0 if all(s.requests.ok > 0 for s in summaries.values()) else 1
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from bakeoff.modelgen import DEFAULT_MODELS_DIR, make_model, model_is_ready
+    from bakeoff.modelgen import make_model, model_is_ready
+    from bakeoff.paths import models_dir
 
-    out = args.out_dir or DEFAULT_MODELS_DIR / args.preset
+    out = args.out_dir or models_dir() / args.preset
     if model_is_ready(out, args.preset, args.seed):
         print(f"{out}: already made (preset {args.preset}, seed {args.seed})")
     else:
@@ -158,19 +276,58 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 def cmd_campaign(args: argparse.Namespace) -> int:
     from bakeoff.campaign import run_campaign, validate_campaign
+    from bakeoff.paths import campaign_file
+    from bakeoff.progress import assumptions, campaign_estimate, duration
+    from bakeoff.resume import failed_cells
     from bakeoff.runner import gpu_available
+    from bakeoff.specs import load_campaign
 
     if args.campaign_command == "validate":
         for path in args.files:
-            cells = validate_campaign(path)
+            cells = validate_campaign(campaign_file(path))
             note = ""
             if any(c.backend.accelerator == "gpu" for c in cells) and not gpu_available():
                 note = "; model files not checked: a GPU campaign, and this machine has no GPU"
             print(f"{path}: ok ({len(cells)} cells{note})")
+            restart = load_campaign(campaign_file(path)).measure_warm_restart
+            requests, seconds = campaign_estimate(cells, restart)
+            print(f"  {requests} requests; roughly {duration(seconds)} to run ({assumptions()})")
         return 0
-    report = run_campaign(args.file, out_dir=args.out, only=args.only, rehearse=args.rehearse)
+    if args.store is not None and args.ray is None:
+        raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
+    if args.ray is not None:
+        from bakeoff.ray_runner import run_campaign_ray
+
+        report = run_campaign_ray(
+            campaign_file(args.file),
+            out_dir=args.out,
+            only=args.only,
+            address=args.ray or None,
+            store=args.store,
+            rehearse=args.rehearse,
+            fresh=args.fresh,
+        )
+    else:
+        report = run_campaign(
+            campaign_file(args.file), out_dir=args.out, only=args.only, rehearse=args.rehearse, fresh=args.fresh
+        )
     note = " (REHEARSAL: reference-server stand-ins, not a measurement)" if args.rehearse else ""
     print(f"report: {report}{note}")
+    failed = failed_cells(report.parent)
+    for cell_id, why in failed.items():
+        print(f"bakeoff: cell {cell_id} failed: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from bakeoff import schedule
+
+    files = schedule.render(args.campaign, args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
+    if args.out is None:
+        print(schedule.as_text(files), end="")
+        return 0
+    for path in schedule.write(files, args.out):
+        print(path)
     return 0
 
 
@@ -179,6 +336,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     from bakeoff.backend_review import describe_launch
 
     if args.backends_command == "list":
+        print(f"{'NAME':22} {'RUNTIME':9} {'HW':4} DESCRIPTION")
         for name in backends.list_backends():
             spec = backends.load_backend(name)
             print(f"{name:22} {spec.runtime:9} {spec.accelerator:4} {spec.display_name}")
@@ -187,9 +345,60 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from bakeoff.campaign import CAMPAIGN_COPY, render_report
+    from bakeoff.store import SUMMARY
+
+    folder = args.campaign_dir
+    if not (folder / CAMPAIGN_COPY).is_file():
+        raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
+    if not any((folder / "cells").glob(f"*/runs/*/{SUMMARY}")):
+        raise SpecError(f"{folder}: no saved runs to report on; run the campaign first")
+    print(f"report: {render_report(folder)} (re-rendered from saved results; nothing measured)")
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from bakeoff.advisor import advise, write_campaign
+    from bakeoff.campaign import CAMPAIGN_COPY, validate_campaign
+
+    folder = args.campaign_dir
+    if not (folder / CAMPAIGN_COPY).is_file():
+        raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
+    steps = advise(folder)
+    for step in steps:
+        print(f"- {step.markdown()}")
+    out = write_campaign(folder, steps, args.out or folder / "advice.yaml")
+    cells = validate_campaign(out)  # the advice is only worth writing if it runs
+    print(f"campaign: {out} ({len(cells)} cells, validated); run it with: bakeoff campaign run {out}")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from bakeoff.traces.command import cmd_trace as run
+
+    return run(args)
+
+
+def _history_handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
+    from bakeoff.history_cmd import HANDLERS
+
+    return HANDLERS
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"bench": cmd_bench, "model": cmd_model, "campaign": cmd_campaign, "backends": cmd_backends}
+    handlers = {
+        "bench": cmd_bench,
+        "model": cmd_model,
+        "campaign": cmd_campaign,
+        "backends": cmd_backends,
+        "report": cmd_report,
+        "advise": cmd_advise,
+        "trace": cmd_trace,
+        **_history_handlers(),
+        "schedule": cmd_schedule,
+    }
     try:
         return handlers[args.command](args)
     except BakeoffError as exc:

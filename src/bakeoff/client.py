@@ -14,18 +14,17 @@ stream ends. Connections are kept alive and reused. Failures never raise out of
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from bakeoff.auth import check_headers
-from bakeoff.errors import ServerUnreachableError, SpecError
+from bakeoff.control import tls_context
+from bakeoff.errors import SpecError
 from bakeoff.http1 import HttpProtocolError, ResponseParser
 from bakeoff.records import ErrorKind, RequestRecord
 from bakeoff.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_tokens
@@ -74,6 +73,9 @@ class ClientSettings:
     count_tokens: TokenCounter | None = None
     headers: dict[str, str] = field(default_factory=dict)
     min_tokens: bool = False
+    # Separate from the request deadline: a server that does not accept the connection
+    # within seconds is down or overloaded, which a 120 s request timeout would hide.
+    connect_timeout_s: float = 10.0
 
 
 def request_body(item: PlannedRequest, settings: ClientSettings) -> bytes:
@@ -330,7 +332,7 @@ class _Pool:
             raise SpecError(f"base URL must be http(s)://host[:port][/prefix], got {base_url!r}")
         self.host = url.hostname
         self.port = url.port or (443 if url.scheme == "https" else 80)
-        self.ssl = ssl.create_default_context() if url.scheme == "https" else None
+        self.ssl = tls_context() if url.scheme == "https" else None
         self.netloc = url.netloc
         self.prefix = url.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
@@ -378,7 +380,7 @@ class StreamingClient:
         self._extra_headers = header_block(settings.headers)
 
     async def __aenter__(self) -> StreamingClient:
-        self._pool = _Pool(self.settings.base_url, self.settings.request_timeout_s)
+        self._pool = _Pool(self.settings.base_url, self.settings.connect_timeout_s)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -487,33 +489,3 @@ def _fail(record: RequestRecord, kind: ErrorKind, message: str, texts: list[str]
         record.chunk_chars = [len(t) for t in texts]
     return record
 
-
-async def check_server(
-    base_url: str, model: str | None, timeout_s: float = 5.0, headers: dict[str, str] | None = None
-) -> list[str]:
-    """Fail within seconds, with a clear message, when nothing serves at ``base_url``.
-
-    Returns the served model names; an unknown ``model`` is an error listing them.
-    ``headers`` (the API key) go with the request, as with every other one of the run.
-    """
-    url = base_url.rstrip("/") + "/v1/models"
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(url, headers=headers or {}) as resp,
-        ):
-            if resp.status in (401, 403):
-                keyed = any(name.lower() == "authorization" for name in headers or {})
-                hint = "check the key's value" if keyed else "pass --api-key-env NAME"
-                raise ServerUnreachableError(f"{url} answered HTTP {resp.status}: the server wants an API key; {hint}")
-            if resp.status != 200:
-                raise ServerUnreachableError(f"{url} answered HTTP {resp.status}; is it an OpenAI-compatible server?")
-            payload = await resp.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise ServerUnreachableError(
-            f"cannot reach {base_url} ({type(exc).__name__}: {exc}); check --base-url and that the server is up"
-        ) from exc
-    served = [str(m.get("id")) for m in payload.get("data", []) if isinstance(m, dict)]
-    if model is not None and served and model not in served:
-        raise ServerUnreachableError(f"--model {model!r} is not served at {base_url}; it serves: {', '.join(served)}")
-    return served

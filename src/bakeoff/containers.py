@@ -33,6 +33,7 @@ from bakeoff.knobs import draft_model_knob
 from bakeoff.launch import ServerHandle, port_in_use, wait_ready
 from bakeoff.model_source import ContainerModel
 from bakeoff.paths import user_cache_dir
+from bakeoff.store import atomic_write_bytes
 
 RUNTIMES = ("podman", "docker")
 RUNTIME_ENV = "BAKEOFF_CONTAINER_RUNTIME"
@@ -147,14 +148,32 @@ def record_image_seconds(image: str, seconds: float, how: str) -> None:
     tmp.replace(path)
 
 
+def image_with_tag(image: str, tag: str) -> str:
+    """``image`` with its tag replaced by ``tag`` (a digest reference keeps its name only)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    return f"{name}:{tag}"
+
+
+def floating_tag(image: str) -> bool:
+    """A tag that moves (``latest``, or none at all): pulled again on every run."""
+    if "@" in image:
+        return False
+    last = image.rsplit("/", 1)[-1]
+    return ":" not in last or last.endswith(":latest")
+
+
 def ensure_image(runtime: str, image: str, *, build: str | None = None) -> ImageInfo:
-    """The local image; a registry image that is missing is pulled first, timed.
+    """The local image; a registry image that is missing, or floating (``latest``), is pulled first, timed.
 
     Locally built images (``build`` set) are never built implicitly: that takes minutes
-    and its own script, which the error names.
+    and its own script, which the error names. The returned digest is what will run.
     """
     info = inspect_image(runtime, image, build=build, missing_ok=True)
-    if info.present or build is not None or image.startswith(LOCAL_IMAGE_PREFIX):
+    local = build is not None or image.startswith(LOCAL_IMAGE_PREFIX)
+    if local or (info.present and not floating_tag(image)):
         return inspect_image(runtime, image, build=build)
     started = time.monotonic()
     pulled = _cli(runtime, "pull", image, timeout_s=_PULL_TIMEOUT_S)
@@ -330,6 +349,25 @@ def container_running(runtime: str, ref: str) -> bool:
     return proc.returncode == 0 and proc.stdout.strip() == "true"
 
 
+CONTAINER_FILE = "server.container"
+
+
+def reap_containers(root: Path) -> list[str]:
+    """Remove containers recorded under ``root`` whose launcher never removed them (bakeoff killed).
+
+    The container counterpart of :func:`bakeoff.launch.reap_leftovers`: a campaign resumed
+    after a SIGKILL removes what the killed run left running.
+    """
+    removed = []
+    for record in root.rglob(CONTAINER_FILE):
+        runtime, _, name = record.read_text().strip().partition(" ")
+        if runtime and name:
+            remove_container(runtime, name)
+            removed.append(name)
+        record.unlink(missing_ok=True)
+    return removed
+
+
 def remove_container(runtime: str, ref: str) -> None:
     """``rm -f``; a second Ctrl-C during removal still gets one more try."""
     # A benchmarked server holds nothing worth a graceful stop; kill it at once.
@@ -407,6 +445,8 @@ def run_container(
         config_path = run_dir / launch.backend.config_file.filename
         config_path.write_text(launch.config_text)
     name = f"bakeoff-{launch.backend.name}-{port}-{uuid.uuid4().hex[:8]}"
+    # Written before the container exists: a bakeoff killed from here on leaves its name behind.
+    atomic_write_bytes(run_dir / CONTAINER_FILE, f"{runtime} {name}\n".encode())
     args = container_run_args(
         launch,
         runtime=runtime,
@@ -462,5 +502,6 @@ def run_container(
     finally:
         # By name: it is known even when Ctrl-C came before `run -d` printed the ID.
         remove_container(runtime, name)
+        (run_dir / CONTAINER_FILE).unlink(missing_ok=True)
         if follower is not None:
             follower.stop()

@@ -19,6 +19,10 @@ class KnobError(SpecError):
     """A knob a backend does not have, or a value it does not accept."""
 
 
+class ResultsError(BakeoffError):
+    """A saved result (summary.json) is unreadable, invalid, or from a newer bakeoff."""
+
+
 class LaunchError(BakeoffError):
     """A server could not be started or did not become ready."""
 
@@ -29,3 +33,14 @@ class RuntimeMissingError(LaunchError):
 
 class ServerUnreachableError(BakeoffError):
     """The benchmarked server does not answer at its base URL."""
+
+
+class ServerDiedError(BakeoffError):
+    """The server under test died mid-run; what it had answered is saved, the rest was not sent.
+
+    ``verdict`` is the evidence, as written to ``summary.json`` under ``server_died``.
+    """
+
+    def __init__(self, message: str, verdict: dict[str, object]) -> None:
+        super().__init__(message)
+        self.verdict = verdict

@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Literal
 
 HEADER_LIMIT = 1 << 16
+_HEX = b"0123456789abcdefABCDEF"
+# 16 hex digits is 2**64: anything longer is an attack or garbage, never a real chunk.
+_SIZE_DIGITS = 16
 _SIZE, _DATA, _CRLF, _TRAILER, _DONE = range(5)
 
 
@@ -133,11 +136,9 @@ class ResponseParser:
         if not self._buf and self._state == _SIZE:
             # Fast path for the usual read, exactly one whole non-final chunk: no state loop.
             nl = data.find(b"\r\n")
-            if 0 < nl <= 8 and data.endswith(b"\r\n"):
-                try:
-                    length = int(data[:nl], 16)
-                except ValueError:
-                    length = 0  # extensions or garbage: the general path sorts it out
+            # Only bare hex digits here: int() alone would also take "+5", "0x5", "5_0" or " 5".
+            if 0 < nl <= 8 and data.endswith(b"\r\n") and not data[:nl].strip(_HEX):
+                length = int(data[:nl], 16)
                 if length > 0 and len(data) == nl + length + 4:
                     return data[nl + 2 : nl + 2 + length]
         buf = self._buf + data if self._buf else data
@@ -159,12 +160,7 @@ class ResponseParser:
                     if size - pos > 1024:
                         raise HttpProtocolError("chunk size line too long")
                     break
-                try:
-                    length = int(buf[pos:end].split(b";", 1)[0], 16)
-                except ValueError:
-                    raise HttpProtocolError(f"bad chunk size {buf[pos:end][:40]!r}") from None
-                if length < 0:
-                    raise HttpProtocolError(f"negative chunk size {length}")
+                length = _chunk_size(buf[pos:end])
                 pos = end + 2
                 self._remaining = length
                 state = _DATA if length else _TRAILER
@@ -192,3 +188,18 @@ class ResponseParser:
         if not out:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size of a chunk-size line (RFC 9112 7.1): hex digits, then optional extensions.
+
+    Strict on purpose: a lenient parse of a mangled size (a sign, ``0x``, spaces,
+    underscores) would silently take the wrong number of bytes as body and desynchronise
+    every later event of the stream.
+    """
+    digits, sep, _ = line.partition(b";")
+    if sep:
+        digits = digits.rstrip(b" \t")  # whitespace is allowed only before an extension
+    if not digits or len(digits) > _SIZE_DIGITS or digits.strip(_HEX):
+        raise HttpProtocolError(f"bad chunk size {line[:40]!r}")
+    return int(digits, 16)

@@ -15,14 +15,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from bakeoff import control
 from bakeoff.backends import RenderedLaunch
 from bakeoff.errors import LaunchError
 
@@ -63,14 +62,7 @@ def probe(url: str, timeout_s: float = 2.0, headers: Mapping[str, str] | None = 
     ``headers`` carry the server's API key: a gateway (or a strict server) guards its
     health endpoint with it too.
     """
-    request = urllib.request.Request(url, headers=dict(headers or {}))
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return None
+    return control.call(url, headers=headers, timeout_s=timeout_s, body_limit=4096).status
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
@@ -198,7 +190,11 @@ def run_local_process(
     env = {**os.environ, **launch.env}
     # Engines installed beside bakeoff (llama-server) live in this environment's bin folder,
     # which is not on PATH when bakeoff is run as .venv/bin/bakeoff.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # An engine started by its own environment's interpreter (python: engine) finds that
+    # environment's tools (ninja for torch.compile) before the harness's.
+    first = Path(launch.argv[0])
+    own = [str(first.parent)] if first.is_absolute() and first.parent != Path(sys.executable).parent else []
+    env["PATH"] = os.pathsep.join([*own, str(Path(sys.executable).parent), env.get("PATH", "")])
     base_url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     with open(log_path, "ab") as log:

@@ -22,7 +22,6 @@ drives the load once a handle is yielded.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shlex
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from bakeoff.backends import BackendSpec, RenderedLaunch, render_launch
+from bakeoff.engine_env import interpreter
 from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
 from bakeoff.launch import ServerHandle, free_port, run_local_process
 from bakeoff.model_source import ContainerModel, ModelSource
@@ -94,7 +94,7 @@ def _process(ctx: LaunchContext) -> Started:
         model=model_arg,
         served_model_name=ctx.served_name,
         port=port,
-        python=sys.executable,
+        python=interpreter(backend),
         **draft,
     )
     with run_local_process(
@@ -228,11 +228,11 @@ def _rehearsal(ctx: LaunchContext) -> Started:
 @contextlib.contextmanager
 def _external(ctx: LaunchContext) -> Started:
     """A server bakeoff does not launch: check it answers and serves the model, then use it."""
-    from bakeoff.client import check_server
+    from bakeoff.control import check_server
 
     url = str(ctx.server.url).rstrip("/")
     try:
-        asyncio.run(check_server(url, ctx.served_name, headers=dict(ctx.headers)))
+        check_server(url, ctx.served_name, headers=dict(ctx.headers))
     except ServerUnreachableError as exc:
         raise LaunchError(f"server {ctx.server.label!r} (url {url}): {exc}") from exc
     launch = RenderedLaunch(ctx.backend, [], {}, None, dict(ctx.server.knobs), {})

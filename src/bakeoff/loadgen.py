@@ -6,23 +6,52 @@ completes (the run folder's journal), so an interrupted run keeps what it measur
 Warm-up requests run first at the same concurrency and are flagged, never counted;
 ``on_measure_start`` runs between the two, once warm-up has finished, so whatever the
 caller snapshots there (server counters) covers the measured part only.
+
+A measured closed loop staggers its first N starts over a ramp (no lock-step waves: all
+prefills together, all finishes together) and stops issuing once its steady-state window
+(:mod:`bakeoff.window`) holds the plan's minimum requests and duration. An open loop stamps
+each request with its scheduled time, so the wait for a free slot under a concurrency cap
+counts in its latency (no coordinated omission).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from tqdm import tqdm
 
 from bakeoff.client import PlannedRequest, StreamingClient
 from bakeoff.records import RequestRecord
+from bakeoff.window import WindowTracker
 from bakeoff.workloads import RunPlan, SessionPlan
 
 RecordSink = Callable[[RequestRecord], None]
 MeasureStart = Callable[[], None]
+
+
+class Spread(Protocol):
+    """Drives a plan's measured part, in this process (``local``) or spread over several.
+
+    Told when the warm-up ends, then given its records to judge from (:mod:`bakeoff.multiload`).
+    """
+
+    def warmed_up(self) -> None: ...
+
+    async def measured(
+        self,
+        client: StreamingClient,
+        plan: RunPlan,
+        warmup: list[RequestRecord],
+        sink: RecordSink,
+        local: Callable[[], Awaitable[None]],
+        steady: Steady | None = None,
+    ) -> None: ...
 
 
 @dataclass
@@ -42,8 +71,12 @@ async def run_plan(
     *,
     show_progress: bool = True,
     on_measure_start: MeasureStart | None = None,
+    spread: Spread | None = None,
 ) -> list[RequestRecord]:
-    """Run one plan to completion (warm-up, ``on_measure_start``, measured part); return its records."""
+    """Run one plan to completion (warm-up, ``on_measure_start``, measured part); return its records.
+
+    ``spread`` decides who drives the measured part: this process or several (default: this one).
+    """
     records: list[RequestRecord] = []
 
     def keep(record: RequestRecord) -> None:
@@ -52,6 +85,10 @@ async def run_plan(
 
     if plan.warmup:
         await closed_loop(client, plan.warmup, plan.concurrency or 1, keep, warmup=True)
+    if spread is not None:
+        spread.warmed_up()
+    timed_ramp = plan.ramp_s if plan.ramp_s is not None else ramp_from_warmup(records)
+    steady = Steady(timed_ramp or 0.0, plan.min_requests, plan.min_duration_s, ramp_from_first=timed_ramp is None)
     if on_measure_start is not None:
         # A blocking hook (an HTTP scrape) runs off the loop; nothing is in flight meanwhile.
         await asyncio.to_thread(on_measure_start)
@@ -61,13 +98,45 @@ async def run_plan(
             keep(record)
             bar.update(1)
 
-        if plan.mode == "closed":
-            await closed_loop(client, plan.requests, plan.concurrency or 1, tick, duration_s=plan.duration_s)
-        elif plan.mode == "open":
-            await open_loop(client, plan.requests, tick, max_concurrency=plan.concurrency)
+        async def here() -> None:
+            if plan.mode == "closed":
+                await closed_loop(
+                    client, plan.requests, plan.concurrency or 1, tick, duration_s=plan.duration_s, steady=steady
+                )
+            elif plan.mode == "open":
+                await open_loop(client, plan.requests, tick, max_concurrency=plan.concurrency)
+            else:
+                await sessions(client, plan.sessions, plan.concurrency or 1, plan.workload, tick)
+
+        if spread is None:
+            await here()
         else:
-            await sessions(client, plan.sessions, plan.concurrency or 1, plan.workload, tick)
+            await spread.measured(client, plan, list(records), tick, here, steady)
     return records
+
+
+@dataclass(frozen=True)
+class Steady:
+    """A measured closed loop: stagger the first starts over ``ramp_s``, stop once the window has enough.
+
+    ``ramp_from_first``: no warm-up timed a request, so slot 0's first request does, and the
+    other slots start after it, spread over its lifetime (``ramp_s`` is then unused).
+    """
+
+    ramp_s: float
+    min_requests: int = 0
+    min_duration_s: float = 0.0
+    ramp_from_first: bool = False
+
+
+def ramp_from_warmup(records: list[RequestRecord]) -> float | None:
+    """One request's lifetime (median E2E of the successful warm-up requests); None without one.
+
+    Spreading N starts over one lifetime spaces their completions evenly too, and in a
+    closed loop each replacement keeps its slot's phase, so the level holds no waves.
+    """
+    lifetimes = [(r.end_ns - r.start_ns) / 1e9 for r in records if r.warmup and r.ok]
+    return statistics.median(lifetimes) if lifetimes else None
 
 
 def _count(plan: RunPlan) -> int:
@@ -84,19 +153,51 @@ async def closed_loop(
     *,
     duration_s: float | None = None,
     warmup: bool = False,
+    steady: Steady | None = None,
 ) -> None:
-    """Keep exactly ``concurrency`` requests in flight until the list or the time runs out."""
+    """Keep exactly ``concurrency`` requests in flight until the list or the time runs out.
+
+    With ``steady`` (a measured level) worker k first starts k/N of the ramp in, every
+    record carries its worker's ``slot``, and no new request starts once the steady-state
+    window holds ``steady.min_requests`` requests and lasts ``steady.min_duration_s``.
+    """
     queue = iter(requests)
     deadline = None if duration_s is None else time.monotonic() + duration_s
+    workers = min(concurrency, len(requests)) or 1
+    tracker = WindowTracker(workers, steady.min_requests, steady.min_duration_s) if steady else None
+    stop = False
+    timed = asyncio.get_running_loop().create_future()  # the ramp, once known
 
-    async def worker() -> None:
+    async def worker(slot: int) -> None:
+        try:
+            await work(slot)
+        finally:
+            if slot == 0 and not timed.done():  # it sent nothing: nobody waits for a lifetime that never comes
+                timed.set_result(0.0)
+
+    async def work(slot: int) -> None:
+        nonlocal stop
+        if steady is not None and slot:
+            ramp = await timed if steady.ramp_from_first else steady.ramp_s
+            await asyncio.sleep(ramp * slot / workers)
         for item in queue:  # one shared iterator: each request is taken by exactly one worker
-            if deadline is not None and time.monotonic() >= deadline:
+            if stop or (deadline is not None and time.monotonic() >= deadline):
                 return
             record = RequestRecord(item.request_id, warmup=warmup, group=item.group, turn=item.turn)
-            on_record(await client.send(item, record))
+            if tracker is None:
+                on_record(await client.send(item, record))
+                continue
+            record.slot = slot
+            tracker.started(slot, time.perf_counter_ns())  # a hair before the client stamps start_ns
+            done = await client.send(item, record)
+            if not timed.done():  # slot 0's first request: its lifetime times the ramp when no warm-up did
+                timed.set_result((done.end_ns - done.start_ns) / 1e9)
+            tracker.finished(done)
+            on_record(done)
+            # Only a duration minimum plans a reserve to stop early from; a count alone sends the whole list.
+            stop = stop or (steady is not None and steady.min_duration_s > 0 and tracker.enough(time.perf_counter_ns()))
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)) or 1)))
+    await asyncio.gather(*(worker(slot) for slot in range(workers)))
 
 
 async def open_loop(
@@ -105,12 +206,22 @@ async def open_loop(
     on_record: RecordSink,
     *,
     max_concurrency: int | None = None,
+    start_ns: int | None = None,
 ) -> None:
-    """Send each request at its planned arrival time, whether or not earlier ones finished."""
+    """Send each request at its planned arrival time, whether or not earlier ones finished.
+
+    ``start_ns``: the schedule's epoch (a ``perf_counter_ns`` value, possibly ahead), shared
+    by every process that sends part of one schedule; default: now.
+    """
+    # What exists now (the plan's prompts, often megabytes of text) is kept out of later
+    # collections: a full collection over it pauses the loop for tens of ms, and every
+    # request due meanwhile goes out that late.
+    gc.freeze()
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     loop = asyncio.get_running_loop()
-    start = loop.time()
-    start_ns = time.perf_counter_ns()
+    now_ns = time.perf_counter_ns()
+    start_ns = now_ns if start_ns is None else start_ns
+    start = loop.time() + (start_ns - now_ns) / 1e9
     tasks = []
 
     async def one(item: PlannedRequest) -> None:
@@ -128,6 +239,7 @@ async def open_loop(
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(item)))
     await asyncio.gather(*tasks)
+    gc.unfreeze()  # collectable again once the schedule is over
 
 
 async def sessions(

@@ -177,8 +177,6 @@ def resolve_model(
         hub = hf_hub_cache(env)
         local = cached_snapshot(model.hf_id, hub)
         return ModelSource(hf_id=model.hf_id, local_dir=local, hub_cache=hub, home=hf_home(env))
-    from bakeoff.modelgen import DEFAULT_MODELS_DIR, resolve_model_dir
+    from bakeoff.modelgen import resolve_model_dir
 
-    return ModelSource(
-        hf_id=None, local_dir=resolve_model_dir(model.preset, model.path, models_dir or DEFAULT_MODELS_DIR)
-    )
+    return ModelSource(hf_id=None, local_dir=resolve_model_dir(model.preset, model.path, models_dir))

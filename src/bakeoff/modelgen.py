@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from bakeoff.errors import SpecError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODELS_DIR = REPO_ROOT / "models"
+from bakeoff.paths import models_dir as default_models_dir
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -259,7 +257,7 @@ def model_is_ready(out_dir: Path, preset: str, seed: int = 0) -> bool:
 
 
 def resolve_model_dir(
-    preset: str | None, path: Path | None, models_dir: Path = DEFAULT_MODELS_DIR, field: str = "model.path"
+    preset: str | None, path: Path | None, models_dir: Path | None = None, field: str = "model.path"
 ) -> Path:
     """The folder a campaign's model lives in; a missing one is an error naming the fix."""
     if path is not None:
@@ -267,7 +265,7 @@ def resolve_model_dir(
             raise SpecError(f"{field}: {path} has no config.json; point it at a model folder")
         return path
     assert preset is not None
-    folder = models_dir / preset
+    folder = (models_dir or default_models_dir()) / preset
     if not model_is_ready(folder, preset):
         raise SpecError(
             f"model.preset: {preset!r} not generated yet at {folder}; run: bakeoff model make --preset {preset}"

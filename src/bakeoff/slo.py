@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from bakeoff.results import RunSummary
 from bakeoff.specs import OpenLoop, Slo
 from bakeoff.workloads import RunPlan, arrival_times, retime
 
@@ -32,28 +33,23 @@ def resolve_slo(slo: Slo) -> Slo:
     return slo.model_copy(update={"ttft_ms": slo.ttft_ms or ttft, "tpot_ms": slo.tpot_ms or tpot})
 
 
-def run_meets_slo(summary: dict[str, Any], slo: Slo) -> bool | None:
+def run_meets_slo(summary: RunSummary, slo: Slo) -> bool | None:
     """P99 of every bounded metric within its bound; None when the SLO sets no bound."""
-    bounds = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms}
-    if all(b is None for b in bounds.values()):
+    latency = summary.latency
+    bounds = ((latency.ttft_ms, slo.ttft_ms), (latency.tpot_ms, slo.tpot_ms), (latency.e2e_ms, slo.e2e_ms))
+    if all(bound is None for _, bound in bounds):
         return None
-    if summary["requests"]["ok"] == 0 or summary["requests"]["failed"] > 0:
+    if summary.requests.ok == 0 or summary.requests.failed > 0:
         return False
-    for metric, bound in bounds.items():
-        if bound is None:
-            continue
-        p99 = summary[metric]["p99"]
-        if p99 is None or p99 > bound:
-            return False
-    return True
+    return all(bound is None or (stat.p99 is not None and stat.p99 <= bound) for stat, bound in bounds)
 
 
 def search_max_rate(
     template: RunPlan,
     workload: OpenLoop,
     slo: Slo,
-    tried: dict[float, dict[str, Any]],
-    execute: Callable[[RunPlan], dict[str, Any]],
+    tried: dict[float, RunSummary],
+    execute: Callable[[RunPlan], RunSummary],
 ) -> dict[str, Any]:
     """Bisect (geometrically) between the best passing and the first failing rate.
 

@@ -1,5 +1,9 @@
 """Run folders on disk: atomic writes, an append-only record journal, parquet and JSON.
 
+``summary.json`` goes through :func:`write_summary` / :func:`read_summary` only: the
+:class:`~bakeoff.results.RunSummary` model is validated on the way out and on the way in,
+and a folder written by an older layout is migrated as it is read.
+
 Completed results are never lost or half-written: every file is written to a temporary
 name and renamed into place, and each finished request is appended to ``records.jsonl``
 as it completes, so a crash or Ctrl-C keeps everything measured so far.
@@ -15,8 +19,11 @@ from typing import IO, Any
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
+from bakeoff.errors import ResultsError
 from bakeoff.records import RequestRecord
+from bakeoff.results import RunSummary, migrate
 
 RECORDS_JOURNAL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
@@ -47,6 +54,39 @@ def write_json(path: Path, value: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
+
+
+def _invalid(path: Path, exc: ValidationError) -> ResultsError:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()[:5]
+    )
+    return ResultsError(f"{path} does not match the run summary schema: {problems}")
+
+
+def write_summary(path: Path, summary: RunSummary) -> None:
+    """Validate ``summary`` (assignments and ``model_copy`` updates are not checked) and write it."""
+    body = summary.model_dump(mode="json")
+    try:
+        RunSummary.model_validate(body)
+    except ValidationError as exc:
+        raise _invalid(path, exc) from exc
+    write_json(path, body)
+
+
+def read_summary(path: Path) -> RunSummary:
+    """A run's ``summary.json`` of any known layout, validated, as the current model."""
+    try:
+        raw = read_json(path)
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ResultsError(f"{path}: a run summary is a JSON object, found {type(raw).__name__}")
+    try:
+        return RunSummary.model_validate(migrate(raw))
+    except ValidationError as exc:
+        raise _invalid(path, exc) from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # an old layout too damaged to migrate
+        raise ResultsError(f"{path}: {exc!r}") from exc
 
 
 class RecordJournal:

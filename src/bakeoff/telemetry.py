@@ -1,8 +1,14 @@
 """Server-side counters and cache control: scrape, difference, wait for idle, empty the prefix cache.
 
 Prometheus text (vLLM, SGLang, llama.cpp, TensorRT-LLM's ``/prometheus/metrics``) is
-parsed into ``name -> value`` with label sets summed, which is what run-level counters
-need. A scrape that fails returns an empty snapshot: telemetry never fails a run.
+parsed with ``prometheus_client``'s parser, so metric types and labels are known, into
+``sample name -> value``: a counter (and a histogram's or summary's ``_count`` / ``_sum``)
+is summed over its label sets, which is what run-level counters need (vLLM labels each
+data-parallel engine); a gauge that is a share (KV-cache usage, a hit rate) is averaged,
+since two engines at 80 % are not at 160 %; other gauges (requests running, waiting)
+count things and are summed. Lines the parser refuses are dropped one by one, never the
+whole scrape. A scrape that fails returns an empty snapshot: telemetry never fails a run.
+The time series sampled during a run is :mod:`bakeoff.telemetry_series`.
 
 Run-level rates come from counters differenced over the measured window, never from a
 gauge: SGLang's ``sglang:cache_hit_rate`` and TensorRT-LLM's ``trtllm_kv_cache_hit_rate``
@@ -24,13 +30,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from bakeoff import control
 from bakeoff.backends import BackendSpec
 
 Snapshot = dict[str, float]
@@ -44,39 +53,91 @@ _PREFIX_COUNTERS = (
 _PERMANENT = {401, 403, 404, 405}
 
 
-def parse_prometheus(text: str) -> Snapshot:
-    """Sum every sample of each metric name over its label sets."""
-    values: Snapshot = {}
+# A gauge whose name says it is a share of something: averaged over label sets, not summed.
+_SHARE_GAUGE = re.compile(r"(perc|usage|utili[sz]ation|rate|ratio|fraction|per_)", re.IGNORECASE)
+
+
+def _families(text: str) -> list[Metric]:
+    """The metric families in ``text``; lines the parser refuses are left out, not the scrape."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError:
+        pass
+    kept = []
     for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, _, tail = line.partition("{")
-            rest = tail.rpartition("}")[2]
-        else:
-            name, _, rest = line.partition(" ")
         try:
-            value = float(rest.split()[0])
-        except (ValueError, IndexError):
+            list(text_string_to_metric_families(line + "\n"))
+        except ValueError:
             continue
-        if math.isnan(value):
-            continue
-        values[name] = values.get(name, 0.0) + value
-    return values
+        kept.append(line)
+    try:
+        return list(text_string_to_metric_families("\n".join(kept) + "\n"))
+    except ValueError:  # lines valid alone that contradict each other (a TYPE after samples)
+        return []
+
+
+def _wanted(text: str, names: Iterable[str]) -> str:
+    """Only the lines of the named metrics: a vLLM scrape is mostly histogram buckets.
+
+    Parsing a whole scrape every second would hold the GIL long enough to delay the
+    load generator's reads; filtering first keeps a sample to a few dozen lines.
+    """
+    stems = tuple({n.removesuffix("_total") for n in names})
+    out = []
+    for line in text.splitlines():
+        bare = line[7:] if line.startswith(("# TYPE ", "# HELP ")) else line
+        if bare.startswith(stems):
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def parse_prometheus(text: str, only: Iterable[str] | None = None) -> Snapshot:
+    """Sample name -> value: counters summed over label sets, share gauges averaged.
+
+    ``only``: native metric names to keep (a cheaper parse when a few are wanted).
+    """
+    if only is not None:
+        text = _wanted(text, only)
+    totals: Snapshot = {}
+    counts: dict[str, int] = {}
+    shares: set[str] = set()
+    for family in _families(text):
+        share = family.type == "gauge" and bool(_SHARE_GAUGE.search(family.name))
+        for sample in family.samples:
+            if math.isnan(sample.value):
+                continue
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+            counts[sample.name] = counts.get(sample.name, 0) + 1
+            if share:
+                shares.add(sample.name)
+    for name in shares:
+        totals[name] /= counts[name]
+    return totals
 
 
 def scrape(
-    base_url: str, backend: BackendSpec, timeout_s: float = 5.0, *, headers: Mapping[str, str] | None = None
+    base_url: str,
+    backend: BackendSpec,
+    timeout_s: float = 5.0,
+    *,
+    headers: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None,
 ) -> Snapshot:
+    """The backend's metrics now; ``only`` limits the parse to those logical names."""
     spec = backend.metrics
     if spec.path is None or spec.format != "prometheus":
         return {}
-    request = urllib.request.Request(base_url.rstrip("/") + spec.path, headers=dict(headers or {}))
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            return parse_prometheus(resp.read().decode(errors="replace"))
-    except (urllib.error.URLError, OSError, TimeoutError):
+    answer = control.call(base_url.rstrip("/") + spec.path, headers=headers, timeout_s=timeout_s)
+    if answer.status != 200:
         return {}
+    natives = None if only is None else native_names(backend, only)
+    return parse_prometheus(answer.text, natives)
+
+
+def native_names(backend: BackendSpec, logical_names: Iterable[str]) -> list[str]:
+    """The backend's metric names behind logical ones (each part of an "a + b" sum)."""
+    names = backend.metrics.names
+    return [p.strip() for n in logical_names if n in names for p in names[n].split("+")]
 
 
 def logical(snapshot: Snapshot, backend: BackendSpec, name: str) -> float | None:
@@ -215,17 +276,10 @@ def _post_reset(
     url: str, method: str, timeout_s: float, headers: Mapping[str, str] | None
 ) -> tuple[bool, str, int | None]:
     """One reset call: (emptied?, what the server said, HTTP status)."""
-    request = urllib.request.Request(
-        url, method=method, data=b"" if method == "POST" else None, headers=dict(headers or {})
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            status, body = int(resp.status), resp.read(4096).decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        body = exc.read(4096).decode(errors="replace") if exc.fp is not None else ""
-        return False, f"HTTP {exc.code} {body.strip()[:200]}".rstrip(), exc.code
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        return False, f"no answer: {exc}", None
+    answer = control.call(url, method=method, headers=headers, timeout_s=timeout_s, body_limit=4096)
+    status, body = answer.status, answer.text
+    if status is None:
+        return False, f"no answer: {answer.reason}", None
     if not 200 <= status < 300:
         return False, f"HTTP {status} {body.strip()[:200]}".rstrip(), status
     if _says_failed(body):

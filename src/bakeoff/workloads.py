@@ -25,8 +25,12 @@ from bakeoff.specs import (
     LongPromptMix,
     MultiTurn,
     OpenLoop,
+    Trace,
     Workload,
 )
+from bakeoff.traces.loading import load_trace
+from bakeoff.traces.plan import plan_trace
+from bakeoff.traces.rows import reuse_share
 
 Mode = Literal["closed", "open", "sessions"]
 PLAN_INDEX = "index.json"
@@ -54,10 +58,19 @@ class RunPlan:
     concurrency: int | None = None
     rate: float | None = None
     duration_s: float | None = None
+    # Closed loop: the steady-state window must hold min_requests and last min_duration_s;
+    # the first N starts are spread over ramp_s (None: one warm-up request's E2E).
+    min_requests: int = 0
+    min_duration_s: float = 0.0
+    ramp_s: float | None = None
     warmup: list[PlannedRequest] = field(default_factory=list)
     requests: list[PlannedRequest] = field(default_factory=list)
     sessions: list[SessionPlan] = field(default_factory=list)
     system_prompt_tokens: int = 0
+    # Trace replays: each request's prefix block ids (aligned with requests), and the trace's facts.
+    block_size: int = 0
+    request_blocks: list[list[int]] = field(default_factory=list)
+    trace: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2)
@@ -102,13 +115,20 @@ def arrival_times(n: int, rate: float, kind: str, burstiness: float, seed: int) 
 class PlanBuilder:
     """Builds every run plan of one workload; one builder per campaign keeps prompts apart."""
 
-    def __init__(self, prompts: PromptFactory) -> None:
+    def __init__(self, prompts: PromptFactory, context_limit: int | None = None) -> None:
         self.prompts = prompts
+        # The smallest context among the campaign's servers: a clipped trace fits every one.
+        self.context_limit = context_limit
 
     def _request(
         self, rng: random.Random, rid: int, wl: Workload, in_len: int, out_len: int, group: str = ""
     ) -> PlannedRequest:
-        text = self.prompts.text(in_len, rng)
+        return self._with_text(rid, wl, self.prompts.text(in_len, rng), in_len, out_len, group)
+
+    @staticmethod
+    def _with_text(
+        rid: int, wl: Workload, text: str, in_len: int, out_len: int, group: str = "", arrival_s: float = 0.0
+    ) -> PlannedRequest:
         if wl.endpoint == "chat":
             return PlannedRequest(
                 rid,
@@ -117,6 +137,7 @@ class PlanBuilder:
                 messages=[{"role": "user", "content": text}],
                 prompt_tokens=in_len,
                 group=group,
+                arrival_s=arrival_s,
                 temperature=wl.temperature,
             )
         return PlannedRequest(
@@ -126,6 +147,7 @@ class PlanBuilder:
             prompt=text,
             prompt_tokens=in_len,
             group=group,
+            arrival_s=arrival_s,
             temperature=wl.temperature,
         )
 
@@ -144,9 +166,7 @@ class PlanBuilder:
             plans = []
             for level in wl.levels:
                 warm = self._sampled(rng, wl, wl.warmup_requests, 0)
-                # A duration-bound level needs a deep enough queue; requests_for is the floor.
-                count = wl.requests_for(level) if wl.duration_s is None else max(wl.requests_for(level), 64 * level)
-                reqs = self._sampled(rng, wl, count, len(warm))
+                reqs = self._sampled(rng, wl, closed_loop_pool(wl, level), len(warm))
                 plans.append(
                     RunPlan(
                         f"c{level}",
@@ -154,6 +174,9 @@ class PlanBuilder:
                         spec,
                         concurrency=level,
                         duration_s=wl.duration_s,
+                        min_requests=wl.window_requests(level),
+                        min_duration_s=wl.min_duration_s,
+                        ramp_s=wl.ramp_s,
                         warmup=warm,
                         requests=reqs,
                     )
@@ -180,7 +203,35 @@ class PlanBuilder:
             return plans
         if isinstance(wl, MultiTurn):
             return [self._multi_turn(wl, rng, spec)]
+        if isinstance(wl, Trace):
+            return [self._trace(wl, rng, spec)]
         return [self._long_prompt_mix(wl, rng, spec)]
+
+    def _trace(self, wl: Trace, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
+        planned = plan_trace(wl, self.prompts, self.context_limit)
+        requests = [
+            self._with_text(i, wl, text, row.prompt_tokens, row.output_tokens, group, at)
+            for i, (row, text, group, at) in enumerate(
+                zip(planned.rows, planned.texts, planned.classes, planned.arrivals_s, strict=True)
+            )
+        ]
+        # Warm-up takes the first rows' lengths with fresh text: it must not warm the trace's prefixes.
+        warm = [
+            self._request(rng, -1 - i, wl, row.prompt_tokens, row.output_tokens)
+            for i, row in enumerate(planned.rows[: wl.warmup_requests])
+        ]
+        return RunPlan(
+            "trace",
+            "open",
+            spec,
+            rate=planned.info["offered_rate"],
+            concurrency=wl.max_concurrency,
+            warmup=warm,
+            requests=requests,
+            block_size=planned.block_size,
+            request_blocks=[list(row.blocks) for row in planned.rows],
+            trace=planned.info,
+        )
 
     def _multi_turn(self, wl: MultiTurn, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
         system = self.prompts.text(wl.system_prompt_len, rng)
@@ -221,6 +272,19 @@ class PlanBuilder:
         return RunPlan("mix", "open", spec, rate=wl.short_rate, warmup=warm, requests=requests)
 
 
+def closed_loop_pool(wl: ConcurrencySweep, level: int) -> int:
+    """Requests planned for one level: its count, or a reserve for a minimum duration.
+
+    A minimum duration (or a duration cap) needs more than the count when requests are
+    fast; four times it is planned then, and the level stops once its window has enough.
+    Every planned request is distinct: re-sending one would hit the prefix cache.
+    """
+    need = wl.requests_for(level)
+    if wl.min_duration_s > 0 or wl.duration_s is not None:
+        need = max(4 * need, 64 * level)
+    return need
+
+
 def _at(req: PlannedRequest, arrival_s: float) -> PlannedRequest:
     values = asdict(req)
     values["arrival_s"] = arrival_s
@@ -236,8 +300,12 @@ def designed_reuse(plan: RunPlan) -> float | None:
     """Share of prompt tokens that repeat an earlier prefix, by construction of the plan.
 
     Turn 1 of the first conversation reuses nothing; turn 1 of the others reuses the shared
-    system prompt; turn t > 1 reuses the whole previous prompt plus its reply.
+    system prompt; turn t > 1 reuses the whole previous prompt plus its reply. A trace
+    replay reuses what its block ids share with earlier requests (:mod:`bakeoff.traces.rows`).
     """
+    if plan.trace:
+        sent = [(r.prompt_tokens, blocks) for r, blocks in zip(plan.requests, plan.request_blocks, strict=True)]
+        return reuse_share(sent, plan.block_size)
     if plan.mode != "sessions" or not plan.sessions:
         return None
     total = reused = 0
@@ -260,6 +328,8 @@ def longest_request(wl: Workload) -> int:
     """Largest prompt + output tokens any request of the workload can need."""
     if isinstance(wl, ConcurrencySweep | OpenLoop):
         return wl.input_len.upper + wl.output_len.upper
+    if isinstance(wl, Trace):
+        return max(row.prompt_tokens + row.output_tokens for row in load_trace(wl).rows)
     if isinstance(wl, MultiTurn):
         # Chat templates add a few tokens per message; 8 per message is a safe allowance.
         per_turn = wl.user_len + wl.output_len + 16

@@ -1,0 +1,91 @@
+"""The Pareto front per workload: throughput per GPU against interactivity.
+
+Serving trades the two: batching more requests raises the total tokens a GPU produces
+per second and lowers the tokens each user sees per second. Every load level of every
+server is one point — x: interactivity, tok/s per user (P50, = 1000 / TPOT P50); y:
+output tok/s per GPU (per machine on CPU: the whole machine is the unit). A point is on
+the front when no other point of the workload is at least as good on both axes and
+better on one; the front is what a team chooses along, whatever framework it comes from.
+
+GPUs per server: ``tensor_parallel_size`` (default 1) times ``data_parallel_size`` when
+a backend exposes it; a CPU server is one machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+X = "tok_s_per_user"
+Y = "tok_s_per_unit"
+
+
+def units(knobs: Mapping[str, Any], gpu: bool) -> int:
+    """GPUs a server occupies (1 machine on CPU)."""
+    if not gpu:
+        return 1
+    return int(knobs.get("tensor_parallel_size") or 1) * int(knobs.get("data_parallel_size") or 1)
+
+
+def points(frame: pd.DataFrame, server_units: Mapping[str, int]) -> pd.DataFrame:
+    """One point per run with both axes known: workload, server, run, level, x, y."""
+    needed = {"workload", "server", "run", "output_tok_s", "tok_s_per_user_p50"}
+    if frame.empty or not needed <= set(frame.columns):
+        return pd.DataFrame(columns=["workload", "server", "run", "level", X, Y])
+    data = frame[frame["output_tok_s"].notna() & frame["tok_s_per_user_p50"].notna()]
+    level = data["concurrency"].where(data["concurrency"].notna(), data["rate"])
+    per = data["server"].map(lambda s: server_units.get(s, 1)).astype(float)
+    out = pd.DataFrame(
+        {
+            "workload": data["workload"],
+            "server": data["server"],
+            "run": data["run"],
+            "level": level,
+            X: data["tok_s_per_user_p50"].astype(float),
+            Y: data["output_tok_s"].astype(float) / per,
+        }
+    )
+    # Repeats of a level are one point: their median on each axis.
+    return out.groupby(["workload", "server", "level"], as_index=False).agg(
+        run=("run", "first"), **{X: (X, "median"), Y: (Y, "median")}
+    )[["workload", "server", "run", "level", X, Y]]
+
+
+def front(pts: pd.DataFrame) -> pd.DataFrame:
+    """The non-dominated points (higher is better on both axes), ordered by interactivity."""
+    if pts.empty:
+        return pts
+    xs, ys = pts[X].to_numpy(), pts[Y].to_numpy()
+    keep = []
+    for i in range(len(pts)):
+        dominated = ((xs >= xs[i]) & (ys >= ys[i]) & ((xs > xs[i]) | (ys > ys[i]))).any()
+        keep.append(not dominated)
+    return pts[keep].sort_values(X).reset_index(drop=True)
+
+
+def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: str) -> Any:
+    """Every server's points on the same axes, levels joined per server, the front drawn over them."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = pts[pts["workload"] == workload].sort_values(["server", X])
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    sns.lineplot(
+        data=data, x=X, y=Y, hue="server", palette=dict(palette), marker="o", sort=False, estimator=None, ax=ax
+    )
+    for _, row in data.iterrows():
+        ax.annotate(f"{row['level']:g}", (row[X], row[Y]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    best = front(data)
+    if not best.empty:
+        ax.step(best[X], best[Y], where="pre", color="black", linewidth=1.2, linestyle="--", label="Pareto front")
+        ax.scatter(best[X], best[Y], s=90, facecolors="none", edgecolors="black", zorder=3)
+    ax.set_xlabel("interactivity: output tok/s per user (P50)")
+    ax.set_ylabel(f"throughput: output tok/s per {unit}")
+    ax.set_title(f"{workload}: throughput vs interactivity (labels: concurrency or rate)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

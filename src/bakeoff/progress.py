@@ -1,0 +1,195 @@
+"""What a campaign costs before it runs, and what it is doing while it runs.
+
+:func:`estimate_cell` counts a cell's requests from its workload spec and turns them into
+a rough duration from a per-token decode time and a server start-up time; both are
+assumptions, stated in the output, and :class:`CampaignProgress` rescales the remaining
+estimate by how the finished cells actually compared with theirs. Progress lines go to
+the terminal: a line per cell when it starts (``[3/8]``, estimate, time left) and ends
+(its headline result), and a summary at the end. Live bars (:func:`bar`, tqdm) are shown
+only on a terminal, never in CI logs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
+from bakeoff.store import SUMMARY, read_json
+
+# Rough decode speeds per output token and start-up times: CPU figures from this project's
+# small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU.
+TOKEN_S = {"cpu": 0.010, "gpu": 0.015}
+START_S = {"process": 60.0, "container": 120.0, "external": 2.0}
+
+
+def interactive(stream: TextIO | None = None) -> bool:
+    """Live progress only where a person watches: a terminal, and not under CI."""
+    stream = stream or sys.stderr
+    return stream.isatty() and not os.environ.get("CI")
+
+
+def bar(total: int | None, label: str, unit: str = "it") -> tqdm:
+    """A progress bar for long work (requests, builds) that stays silent off a terminal."""
+    return tqdm(total=total, desc=label, unit=unit, disable=not interactive(), leave=False, mininterval=0.5)
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    requests: int
+    seconds: float
+
+
+def _requests(wl: Workload) -> tuple[int, float, float]:
+    """(requests sent, sequential decode steps, seconds fixed by the schedule) of one workload.
+
+    Decode steps become seconds at the accelerator's per-token time; open-loop arrivals,
+    think times and fixed durations take the same wall time anywhere.
+    """
+    if isinstance(wl, ConcurrencySweep):
+        count, steps, fixed = 0, 0.0, 0.0
+        for level in wl.levels:
+            n = wl.requests_for(level) + wl.warmup_requests
+            count += n
+            if wl.duration_s is None:
+                steps += math.ceil(n / level) * (wl.output_len.mean + 8)
+            else:
+                fixed += wl.duration_s
+        return count, steps, fixed
+    if isinstance(wl, OpenLoop):
+        runs = len(wl.rates) + (wl.search_steps if wl.slo_search else 0)
+        n = wl.requests_per_rate + wl.warmup_requests
+        searched = wl.search_steps * n / min(wl.rates) if wl.slo_search else 0.0
+        return runs * n, runs * (wl.output_len.mean + 8), sum(n / r for r in wl.rates) + searched
+    if isinstance(wl, MultiTurn):
+        n = wl.conversations * wl.turns + wl.warmup_requests
+        think = wl.think_time_s * wl.turns * math.ceil(wl.conversations / wl.concurrency)
+        return n, math.ceil(n / wl.concurrency) * (wl.output_len + 8), think
+    if isinstance(wl, Trace):
+        from bakeoff.traces.loading import load_trace
+
+        rows = load_trace(wl).rows
+        # Open loop: the scaled schedule's span, then the longest request still decoding at its end.
+        return len(rows) + wl.warmup_requests, max(r.output_tokens for r in rows) + 8, rows[-1].at_s * wl.time_scale
+    assert isinstance(wl, LongPromptMix)
+    n = wl.short_requests + wl.short_requests // wl.long_every + wl.warmup_requests
+    return n, wl.long_output_len + wl.short_output_len, wl.short_requests / wl.short_rate
+
+
+def estimate_cell(wl: Workload, accelerator: str, kind: str, restart: bool) -> CellEstimate:
+    """Requests a cell sends and roughly how long it takes, server start(s) included."""
+    count, steps, fixed = _requests(wl)
+    token_s = TOKEN_S.get(accelerator, TOKEN_S["gpu"])
+    starts = START_S.get(kind, START_S["process"]) * (2 if restart and kind != "external" else 1)
+    return CellEstimate(count, steps * token_s + fixed + starts)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def assumptions() -> str:
+    return (
+        f"assuming ~{TOKEN_S['cpu'] * 1000:.0f} ms per output token on CPU, {TOKEN_S['gpu'] * 1000:.0f} ms on GPU, "
+        f"{START_S['process']:.0f} s per process start and {START_S['container']:.0f} s per container start"
+    )
+
+
+def cell_result(cell_dir: Path) -> str:
+    """The headline of a finished cell: best throughput, its P99 TTFT, failed requests."""
+    summaries = [read_json(p) for p in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}"))]
+    if not summaries:
+        return "no runs saved"
+    best = max(summaries, key=lambda s: s.get("throughput", {}).get("output_tok_s") or 0.0)
+    failed = sum(s.get("requests", {}).get("failed", 0) for s in summaries)
+    ttft = (best.get("ttft_ms") or {}).get("p99")
+    ttft_text = f", P99 TTFT {ttft:.0f} ms" if isinstance(ttft, int | float) else ""
+    return (
+        f"{len(summaries)} run(s), best {best.get('throughput', {}).get('output_tok_s', 0):.0f} output tok/s "
+        f"({best.get('workload', {}).get('run', '?')}){ttft_text}, {failed} failed request(s)"
+    )
+
+
+@dataclass
+class _Done:
+    cell_id: str
+    status: str  # ok, FAILED, skipped
+    seconds: float
+    estimated: float
+    result: str
+
+
+@dataclass
+class CampaignProgress:
+    """Prints a campaign's progress; estimates rescale by the ratio seen on measured cells."""
+
+    estimates: list[CellEstimate]
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    done: list[_Done] = field(default_factory=list)
+    _index: int = 0
+    _started: float = 0.0
+    _campaign_started: float = field(default_factory=time.monotonic)
+
+    def _scale(self) -> float:
+        measured = [d for d in self.done if d.status != "skipped"]
+        spent, planned = sum(d.seconds for d in measured), sum(d.estimated for d in measured)
+        return spent / planned if spent > 0 and planned > 0 else 1.0
+
+    def _left(self, index: int) -> float:
+        return sum(e.seconds for e in self.estimates[index:]) * self._scale()
+
+    def start(self, index: int, cell_id: str, note: str = "") -> None:
+        self._index, self._started = index, time.monotonic()
+        this = self.estimates[index].seconds * self._scale()
+        left = self._left(index)
+        eta = time.strftime("%H:%M", time.localtime(time.time() + left))
+        print(
+            f"[{index + 1}/{len(self.estimates)}] {cell_id}{note}: {self.estimates[index].requests} requests, "
+            f"about {duration(this)} (campaign done about {eta}, {duration(left)} left)",
+            file=self.out,
+            flush=True,
+        )
+
+    def skip(self, index: int, cell_id: str, reason: str) -> None:
+        self.done.append(_Done(cell_id, "skipped", 0.0, 0.0, reason))
+        print(f"[{index + 1}/{len(self.estimates)}] {cell_id}: {reason}; skipped", file=self.out, flush=True)
+
+    def end(self, cell_id: str, ok: bool, result: str) -> None:
+        took = time.monotonic() - self._started
+        status = "ok" if ok else "FAILED"
+        self.done.append(_Done(cell_id, status, took, self.estimates[self._index].seconds, result))
+        print(f"      {'done' if ok else 'FAILED'} in {duration(took)}: {result}", file=self.out, flush=True)
+
+    def summary(self) -> str:
+        total = time.monotonic() - self._campaign_started
+        failed = sum(d.status == "FAILED" for d in self.done)
+        lines = [f"campaign: {len(self.done) - failed}/{len(self.estimates)} cells ok in {duration(total)}"]
+        for d in self.done:
+            lines.append(f"  {d.status:7} {d.cell_id:40} {duration(d.seconds):>7}  {d.result}")
+        missing = len(self.estimates) - len(self.done)
+        if missing:
+            lines.append(f"  {missing} cell(s) not run (interrupted)")
+        return "\n".join(lines)
+
+
+def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:
+    """Total requests and seconds of a campaign's cells (``campaign.Cell`` objects)."""
+    estimates = [cell_estimate(c, restart) for c in cells]
+    return sum(e.requests for e in estimates), sum(e.seconds for e in estimates)
+
+
+def cell_estimate(cell: Any, restart: bool) -> CellEstimate:
+    kind = "external" if cell.server.url else cell.backend.runtime
+    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart)

@@ -1,0 +1,87 @@
+"""The tuning advisor on a saved campaign folder with planted series, and the report's "why" sections over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import why_planted as planted
+from bakeoff import report, report_why
+from bakeoff.advisor import advise, next_step
+from bakeoff.backends import load_backend
+from bakeoff.cli import main
+from bakeoff.diagnosis import classify
+from bakeoff.specs import load_campaign
+
+
+@pytest.fixture
+def folder(tmp_path: Path, small_model: Path) -> Path:
+    cells = {
+        "vllm-tight": ("vllm-cpu", {"max_model_len": 2048, "max_num_seqs": 8}, planted.memory_bound()),
+        "llamacpp": ("llamacpp", {"max_num_seqs": 4, "max_model_len": 2048}, planted.batching_bound()),
+        "vllm-ok": ("vllm-cpu", {"max_model_len": 2048}, planted.bandwidth_bound()),
+    }
+    return planted.campaign_folder(tmp_path / "reports" / "planted", small_model, cells)
+
+
+def test_advice_follows_the_cost_order_and_the_diagnosis(folder: Path) -> None:
+    steps = {s.server: s for s in advise(folder)}
+    memory = steps["vllm-tight"]
+    # Memory-bound: the cheapest knob first — fewer sequences at once, not a bigger KV cache.
+    assert (memory.stage, memory.knob, memory.current, memory.proposed) == ("caps", "max_num_seqs", 8, 4)
+    assert "preemptions" in memory.markdown()
+    batching = steps["llamacpp"]  # four slots, twelve waiting: more slots
+    assert (batching.knob, batching.current, batching.proposed) == ("max_num_seqs", 4, 16)
+    healthy = steps["vllm-ok"]  # batching pays, the cap (256) is far above the load: try an 8-bit KV cache
+    assert (healthy.stage, healthy.knob, healthy.proposed) == ("quantization", "kv_cache_dtype", "fp8")
+
+
+def test_memory_advice_moves_on_when_the_cheap_knob_is_spent() -> None:
+    diagnosis = classify("v", "w", planted.memory_bound())
+    step = next_step(diagnosis, load_backend("vllm-cpu"), {"max_num_seqs": 1, "kv_cache_dtype": "fp8"})
+    assert step is not None and (step.stage, step.knob) == ("kv_share", "kv_cache_space_gib")
+
+
+def test_advise_writes_a_campaign_that_validates(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = folder / "advice.yaml"
+    assert main(["advise", str(folder)]) == 0
+    printed = capsys.readouterr().out
+    assert "validated" in printed and "max_num_seqs" in printed
+    spec = load_campaign(out)
+    labels = [s.label for s in spec.servers]
+    assert {"vllm-tight", "vllm-tight-max_num_seqs-4", "llamacpp", "llamacpp-max_num_seqs-16"} <= set(labels)
+    variant = next(s for s in spec.servers if s.label == "vllm-tight-max_num_seqs-4")
+    assert variant.knobs == {"max_model_len": 2048, "max_num_seqs": 4}
+    assert [w.label for w in spec.workloads] == ["sweep"]
+    # What `bakeoff campaign validate` says about it, as a user would run it.
+    assert main(["campaign", "validate", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["slo"] == {"ttft_ms": 2000, "tpot_ms": 100}
+
+
+def test_advise_refuses_a_folder_that_is_not_a_campaign(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["advise", str(tmp_path)]) == 2
+    assert "not a campaign folder" in capsys.readouterr().err
+
+
+def test_why_sections_read_the_saved_folder(folder: Path) -> None:
+    frame = report.results_frame(folder)
+    table = report_why.roofline_table(folder)
+    assert set(table["server"]) == {"vllm-tight", "llamacpp", "vllm-ok"}
+    # 10 ms per token against a floor read at the planted 40 GB/s.
+    row = table[table["server"] == "vllm-ok"].iloc[0]
+    assert row["bandwidth GB/s"] == 40.0 and row["efficiency"] == pytest.approx(row["floor ms"] / 10.0, rel=1e-3)
+    assert 0 < row["efficiency"] < 1 and "of the memory-bandwidth floor" in report_why.roofline_notes(table)[0]
+    notes = report_why.diagnosis_notes(folder)
+    assert any("vllm-tight / sweep: memory-bound" in n for n in notes)
+    figures = report_why.pareto_figures(folder, frame)
+    assert [w for w, _, _ in figures] == ["sweep"] and not figures[0][2].empty
+    assert [w for w, _ in report_why.telemetry_figures(folder, frame)] == ["sweep"]
+    assert "max_num_seqs" in report_why.advice_markdown(folder)
+
+
+def test_an_impossible_tpot_is_called_a_measurement_problem(folder: Path) -> None:
+    table = report_why.roofline_table(folder)
+    table.loc[0, "efficiency"] = 3.0
+    assert "measurement problem" in report_why.roofline_notes(table)[0]

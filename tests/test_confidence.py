@@ -1,0 +1,144 @@
+"""Confidence and the verdict on synthetic runs whose answers are planted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from bakeoff.confidence import bootstrap_mean, difference, estimate
+from bakeoff.metrics import COALESCED_LIMIT, summarize
+from bakeoff.records import RequestRecord
+from bakeoff.report import confidence_table, diagnose, verdict_section
+from bakeoff.results import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
+from bakeoff.store import write_json, write_summary
+from bakeoff.verdict import verdicts
+
+MS = 1_000_000
+
+
+def run(tok_s: float, *, concurrency: int = 4, repeat: int = 1, p99_ttft: float = 100.0, n: int = 200) -> RunSummary:
+    ttft = Stat(n=n, mean=50.0, p50=50.0, p99=p99_ttft)
+    return RunSummary(
+        requests=Requests(ok=n, failed=0),
+        latency=Latency(ttft_ms=ttft, tpot_ms=Stat(n=n, p50=10.0, p99=12.0)),
+        throughput=Throughput(output_tok_s=tok_s, total_tok_s=tok_s, req_s=tok_s / 10, window_s=10.0),
+        tokens=Tokens(prompt=0, completion=0),
+        slo=SloResult(ttft_ms=500.0, met=n, attainment=1.0, goodput_req_s=tok_s / 10),
+        workload=WorkloadInfo(run=f"c{concurrency}", mode="closed", concurrency=concurrency, repeat=repeat),
+    )
+
+
+def test_a_tie_inside_the_noise_and_a_win_outside_it() -> None:
+    noisy_a, noisy_b = [100.0, 112.0, 88.0], [103.0, 94.0, 109.0]
+    tie = difference(noisy_a, noisy_b, "higher")
+    assert tie.outcome == "tie" and tie.lo is not None and tie.hi is not None and tie.lo < 0 < tie.hi
+    win = difference([110.0, 111.0, 109.5], [100.0, 101.0, 99.5], "higher")  # a planted 10% win
+    assert win.outcome == "win" and win.relative == pytest.approx(0.1, abs=0.005)
+    assert win.lo is not None and win.lo > 0
+    # Lower is better for latency: the same numbers are then a loss for a.
+    assert difference([110.0, 111.0, 109.5], [100.0, 101.0, 99.5], "lower").outcome == "loss"
+    assert difference([110.0], [100.0], "higher").outcome == "tie"  # one repeat tells nothing from noise
+
+
+def test_bootstrap_interval_holds_the_mean_and_needs_two_values() -> None:
+    interval = bootstrap_mean([10.0, 12.0, 11.0, 13.0])
+    assert interval is not None and interval[0] < 11.5 < interval[1]
+    assert bootstrap_mean([5.0]) is None
+
+
+def test_a_p99_of_32_requests_is_shown_unsupported_not_as_a_number() -> None:
+    repeats = [run(100.0, n=32, repeat=r) for r in (1, 2, 3)]
+    p99 = estimate(repeats, "ttft_ms", "p99")
+    assert p99.value is None and p99.unsupported is not None and "100" in p99.unsupported
+    assert p99.text().startswith("unsupported")
+    p50 = estimate(repeats, "ttft_ms", "p50")
+    assert p50.value == pytest.approx(50.0) and p50.samples == 32 and p50.repeats == 3
+    assert "n=3×32" in p50.text()
+
+
+def test_coalesced_chunks_mark_itl_and_tpot_unsupported() -> None:
+    def buffered(i: int) -> RequestRecord:  # every chunk in one read, as llama-cpp-python streamed
+        t = 10_000 * MS + i * 200 * MS
+        return RequestRecord(
+            i,
+            start_ns=t,
+            first_event_ns=t + 90 * MS,
+            first_token_ns=t + 100 * MS,
+            end_ns=t + 101 * MS,
+            chunk_ns=[t + 100 * MS] * 8,
+            chunk_tokens=[1] * 8,
+            completion_tokens=8,
+        )
+
+    summary = summarize([buffered(i) for i in range(5)])
+    assert summary.chunking.share == 1.0 > COALESCED_LIMIT and summary.chunking.requests_coalesced == 5
+    assert summary.chunking.warning is not None and "same read" in summary.chunking.warning
+    for key in ("itl_ms", "itl_per_token_ms", "tpot_ms", "tok_s_per_user"):
+        assert summary.latency.get(key).unsupported is not None, key
+        assert not summary.latency.get(key).supported("p50")
+    assert summary.latency.ttft_ms.unsupported is None and summary.latency.ttft_ms.p50 == pytest.approx(100.0)
+    assert estimate([summary], "tpot_ms", "p50").text().startswith("unsupported: chunks coalesced")
+
+
+def test_a_decode_speed_beyond_the_bandwidth_is_a_measurement_problem() -> None:
+    frame = pd.DataFrame(
+        [
+            {
+                "workload": "w",
+                "server": "llamacpp",
+                "mode": "closed",
+                "concurrency": 1,
+                "tpot_ms_p50": 0.42,
+                "output_tok_s": 100.0,
+                "ttft_ms_p50": 5.0,
+                "ttft_ms_p99": 6.0,
+                "failed": 0,
+                "run": "c1",
+            }
+        ]
+    )
+    notes = diagnose(frame, weight_bytes=149_000_000, bandwidth_gbs=42.0)
+    assert any("measurement problem" in n and "355 GB/s" in n and "42 GB/s" in n for n in notes)
+    assert not any("compare with the memory bandwidth" in n for n in notes)
+
+
+def campaign(tmp_path: Path, runs: dict[str, dict[int, list[float]]]) -> Path:
+    """server -> concurrency -> output tok/s of each repeat, as a campaign folder."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"name": "t", "slo": {"ttft_ms": 500}}))
+    for server, by_level in runs.items():
+        for level, values in by_level.items():
+            for repeat, tok_s in enumerate(values, start=1):
+                folder = tmp_path / "cells" / (f"{server}__sweep" + (f"__r{repeat}" if repeat > 1 else ""))
+                write_json(folder / "cell.json", {"server": {"label": server}, "backend": "x", "workload": "sweep"})
+                slow = 900.0 if level == 16 and server == "b" else 100.0  # b misses the SLO at 16
+                summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow)
+                write_summary(folder / "runs" / f"c{level}" / "summary.json", summary)
+    return tmp_path
+
+
+def test_the_verdict_names_a_planted_win_at_matched_load(tmp_path: Path) -> None:
+    folder = campaign(
+        tmp_path,
+        {"a": {4: [110.0, 111.0, 109.0], 16: [300.0, 305.0, 295.0]}, "b": {4: [100.0, 101.0, 99.0], 16: [400.0] * 3}},
+    )
+    (found,) = verdicts(folder)
+    assert found.sustained == {"a": 16.0, "b": 4.0}
+    assert found.matched_load == 16.0 and found.best == "a" and found.runner_up is None  # only a meets it there
+    text = verdict_section(folder)
+    assert "concurrency 16" in text and "a (the only server meeting the SLO there)" in text
+
+
+def test_the_verdict_calls_a_planted_tie(tmp_path: Path) -> None:
+    folder = campaign(tmp_path, {"a": {4: [100.0, 112.0, 88.0]}, "b": {4: [103.0, 94.0, 109.0]}})
+    (found,) = verdicts(folder)
+    assert found.margin is not None and found.margin.outcome == "tie"
+    assert found.outcome.startswith("tie")
+    folder_win = campaign(tmp_path / "win", {"a": {4: [110.0, 111.0, 109.0]}, "b": {4: [100.0, 101.0, 99.0]}})
+    (won,) = verdicts(folder_win)
+    assert won.best == "a" and won.margin is not None and won.margin.outcome == "win" and won.outcome == "a wins"
+    table = confidence_table(folder_win)
+    assert set(table["server"]) == {"a", "b"} and table["goodput req/s"].str.contains(r"\[.*\] \(n=3\)").all()

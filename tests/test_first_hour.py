@@ -1,0 +1,333 @@
+"""A new user's first hour: messages, refusals and progress they act on, without real engines."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bakeoff import cli
+from bakeoff.bench_cmd import claim_out, report_failures
+from bakeoff.campaign import validate_campaign
+from bakeoff.errors import SpecError
+from bakeoff.progress import CampaignProgress, CellEstimate, estimate_cell
+from bakeoff.prompts import PromptFactory, load_tokenizer
+from bakeoff.provenance import measured_apart_note
+from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.specs import ConcurrencySweep, MultiTurn, OpenLoop, load_campaign
+from bakeoff.workloads import PlanBuilder
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:  # argparse refusals
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _parsers(child)
+
+
+def test_every_option_states_its_default_and_help_is_plain_text() -> None:
+    parser = cli.build_parser()
+    for sub in _parsers(parser):
+        text = sub.format_help()
+        assert ":class:" not in text and "``" not in text, sub.prog
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS or action.dest == "help":
+                continue
+            help_text = formatter._expand_help(action) if action.help else ""
+            assert action.required or "default" in help_text, f"{sub.prog} {action.option_strings[0]}: {help_text!r}"
+
+
+def test_backends_list_has_a_header_and_show_lists_knobs_at_their_default(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "backends", "list")
+    assert code == 0 and out.splitlines()[0].split() == ["NAME", "RUNTIME", "HW", "DESCRIPTION"]
+    code, out, _ = run_cli(capsys, "backends", "show", "vllm", "--knob", "chunked_prefill=true")
+    assert code == 0
+    knobs = out.split("knobs:\n", 1)[1].split("\n\n", 1)[0]
+    assert "chunked_prefill = true" in knobs and "the same value" in knobs
+    assert "all at the backend's defaults" not in out
+
+
+# --- campaign files ---------------------------------------------------------------------
+
+
+def write(path: Path, spec: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+BASE = {
+    "name": "t",
+    "servers": [{"backend": "vllm-cpu"}],
+    "workloads": [{"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8}],
+}
+
+
+def test_the_annotated_example_campaign_is_valid_and_covers_every_section() -> None:
+    path = REPO / "campaigns" / "example-annotated.yaml"
+    spec = load_campaign(path)
+    text = path.read_text()
+    # Each top-level key a campaign can have appears in the example, set or commented.
+    for key in type(spec).model_fields:
+        assert f"\n{key}:" in text, key
+    assert {type(w).__name__ for w in spec.workloads} >= {"ConcurrencySweep", "OpenLoop", "MultiTurn"}
+    assert validate_campaign(path)
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"), [("tiny", {"preset": "tiny"}), ("models/tiny", {"path": "models/tiny"})]
+)
+def test_model_shorthand_string(tmp_path: Path, written: str, expected: dict[str, str]) -> None:
+    spec = load_campaign(write(tmp_path / "c.yaml", {**BASE, "model": written}))
+    if "preset" in expected:
+        assert spec.model.preset == "tiny" and spec.model.path is None
+    else:
+        # Not beside the campaign file: resolved against the working directory, absolute.
+        assert spec.model.path == (Path.cwd() / "models/tiny").resolve()
+
+
+def test_a_bad_model_value_shows_the_right_forms_not_a_class_name(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        load_campaign(write(tmp_path / "c.yaml", {**BASE, "model": 7}))
+    assert "ModelRef" not in str(err.value) and "{preset: tiny|small}" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        load_campaign(write(tmp_path / "c.yaml", {**BASE, "model": {"preset": "tiny"}, "slo": 5}))
+    assert "Slo" not in str(err.value) and "slo: expected a mapping" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("patch", "where", "keys"),
+    [
+        ({"modle": 1}, "modle", "name, description, model, servers"),
+        ({"model": {"preset": "tiny", "pth": "x"}}, "model.pth", "preset, path, hf_id"),
+        ({"servers": [{"backend": "vllm-cpu", "knob": {}}]}, "servers.0.knob", "backend, label, knobs"),
+        (
+            {"workloads": [{"kind": "open_loop", "rate": [1], "rates": [1], "input_len": 8, "output_len": 8}]},
+            "workloads.0.open_loop.rate",
+            "rates, arrival, burstiness",
+        ),
+    ],
+)
+def test_an_unknown_key_lists_the_valid_keys_of_its_section(
+    tmp_path: Path, patch: dict[str, object], where: str, keys: str
+) -> None:
+    spec = {**BASE, "model": "tiny", **patch}
+    with pytest.raises(SpecError) as err:
+        load_campaign(write(tmp_path / "c.yaml", spec))
+    message = str(err.value)
+    assert f"{where}: unknown key" in message and keys in message, message
+
+
+def test_a_relative_model_path_is_found_beside_the_campaign_and_the_copy_keeps_it(tmp_path: Path) -> None:
+    (tmp_path / "campaigns").mkdir()
+    (tmp_path / "campaigns" / "m").mkdir()
+    path = write(tmp_path / "campaigns" / "c.yaml", {**BASE, "model": "m"})
+    spec = load_campaign(path)
+    assert spec.model.path == (tmp_path / "campaigns" / "m").resolve()
+    from bakeoff.specs import campaign_copy
+
+    copied = tmp_path / "copy.yaml"
+    copied.write_bytes(campaign_copy(path, spec))
+    assert load_campaign(copied).model.path == spec.model.path  # a copy elsewhere still finds it
+
+
+def test_a_missing_model_folder_error_names_the_absolute_path_tried(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.yaml", {**BASE, "model": "no-such-model"})
+    with pytest.raises(SpecError) as err:
+        validate_campaign(path)
+    assert str((Path.cwd() / "no-such-model").resolve()) in str(err.value)
+
+
+# --- estimates and progress -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        ConcurrencySweep(levels=[1, 3], requests_per_level=5, warmup_requests=2, input_len=8, output_len=4),
+        OpenLoop(rates=[5.0, 10.0], requests_per_rate=6, warmup_requests=1, input_len=8, output_len=4),
+        MultiTurn(conversations=3, turns=2, system_prompt_len=16, user_len=4, output_len=4),
+    ],
+)
+def test_the_request_estimate_matches_the_plans(tiny_model: Path, workload: object) -> None:
+    plans = PlanBuilder(PromptFactory(load_tokenizer(tiny_model))).build(workload)  # type: ignore[arg-type]
+    planned = sum(len(p.warmup) + len(p.requests) + sum(len(s.user_turns) for s in p.sessions) for p in plans)
+    assert estimate_cell(workload, "cpu", "process", restart=False).requests == planned  # type: ignore[arg-type]
+
+
+def test_estimates_grow_with_work_and_restarts() -> None:
+    small = ConcurrencySweep(levels=[4], requests_per_level=8, input_len=8, output_len=16)
+    big = small.model_copy(update={"output_len": small.output_len.model_copy(update={"mean": 160})})
+    assert estimate_cell(big, "cpu", "process", False).seconds > estimate_cell(small, "cpu", "process", False).seconds
+    once = estimate_cell(small, "cpu", "process", False).seconds
+    assert estimate_cell(small, "cpu", "process", True).seconds > once
+
+
+def test_progress_lines_show_position_estimate_result_and_a_summary() -> None:
+    out = io.StringIO()
+    progress = CampaignProgress([CellEstimate(10, 60.0), CellEstimate(20, 120.0), CellEstimate(5, 30.0)], out=out)
+    progress.skip(0, "a__w", "already measured")
+    progress.start(1, "b__w")
+    progress.end("b__w", True, "2 run(s), best 100 output tok/s")
+    progress.start(2, "c__w")
+    progress.end("c__w", False, "its notebook kernel died")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[1/3] a__w: already measured; skipped"
+    assert lines[1].startswith("[2/3] b__w: 20 requests, about 2 min") and "left)" in lines[1]
+    assert lines[2].strip().startswith("done in") and "best 100 output tok/s" in lines[2]
+    # b took ~0 s against 120 s estimated: the next estimate is rescaled, not the raw 30 s.
+    assert lines[3].startswith("[3/3] c__w: 5 requests, about 0 s")
+    assert "FAILED" in lines[4]
+    summary = progress.summary()
+    assert summary.splitlines()[0].startswith("campaign: 2/3 cells ok")
+    assert "skipped" in summary and "FAILED" in summary
+
+
+# --- report provenance ------------------------------------------------------------------
+
+
+def _run(folder: Path, cell: str, start: dt.datetime, versions: dict[str, str]) -> None:
+    run = folder / "cells" / cell / "runs" / "c1"
+    run.mkdir(parents=True)
+    end = start + dt.timedelta(minutes=2)
+    info = {"started_at": start.isoformat(), "finished_at": end.isoformat(), "versions": versions}
+    (run / "run.json").write_text(json.dumps(info))
+
+
+def test_a_report_says_when_cells_were_measured_apart(tmp_path: Path) -> None:
+    t0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
+    _run(tmp_path, "a__w", t0, {"bakeoff": "1.0"})
+    _run(tmp_path, "b__w", t0 + dt.timedelta(minutes=5), {"bakeoff": "1.0"})
+    assert measured_apart_note(tmp_path) is None  # one sitting, one version
+    _run(tmp_path, "c__w", t0 + dt.timedelta(days=2), {"bakeoff": "1.1"})
+    note = measured_apart_note(tmp_path)
+    assert note is not None
+    assert "2 separate sittings" in note and "different software versions" in note
+    assert "| c__w | 2026-03-03 09:00" in note and "bakeoff 1.1" in note and "| a__w | 2026-03-01 09:00" in note
+
+
+# --- bench ------------------------------------------------------------------------------
+
+
+def bench_args(url: str, out: Path, *extra: str) -> list[str]:
+    return ["bench", "--base-url", url, "--model", MODEL, "--out", str(out), "--warmup", "0", *extra]
+
+
+def test_bench_base_url_ending_in_v1_suggests_dropping_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with serve_reference() as url:
+        code, _, err = run_cli(capsys, *bench_args(url + "/v1", tmp_path / "r", "--concurrency", "1"))
+    assert code == 2 and "drop the trailing /v1" in err and not (tmp_path / "r").exists()
+
+
+def test_bench_refuses_to_replace_results_unless_forced(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    claim_out(out, force=False)  # new: fine
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    with pytest.raises(SpecError, match=r"already holds results; .* --force"):
+        claim_out(out, force=False)
+    claim_out(out, force=True)
+    assert not out.exists()
+    stranger = tmp_path / "home"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    with pytest.raises(SpecError, match="not bakeoff results"):
+        claim_out(stranger, force=True)
+    assert (stranger / "notes.txt").exists()
+
+
+class _ModelsOnly(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"data": [{"id": MODEL, "max_model_len": 100}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_bench_refuses_requests_beyond_the_served_context(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ModelsOnly)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        code, _, err = run_cli(
+            capsys, *bench_args(url, tmp_path / "r", "--concurrency", "1", "--input-len", "90", "--output-len", "20")
+        )
+    finally:
+        server.shutdown()
+    assert code == 2 and "need up to 110 tokens" in err and "context of 100" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bench_shows_the_servers_error_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with serve_reference(fault="http500") as url:
+        args = bench_args(url, tmp_path / "r", "--concurrency", "2", "--num-requests", "3", "--input-len", "8")
+        code, _, err = run_cli(capsys, *args, "--output-len", "4")
+    assert code == 1
+    assert "3 request(s) failed (http)" in err and "injected fault: internal server error" in err
+    assert report_failures(tmp_path / "r")
+
+
+def test_bench_runs_an_open_loop_and_conversations_through_the_planner(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tiny_model: Path
+) -> None:
+    with serve_reference(ttft_ms=5, itl_ms=1) as url:
+        code, _, err = run_cli(
+            capsys,
+            *bench_args(url, tmp_path / "open", "--rate", "20", "40", "--num-requests", "6"),
+            "--input-len", "uniform:8:24", "--output-len", "4", "--tokenizer", str(tiny_model),
+        )  # fmt: skip
+        assert code == 0, err
+        runs = sorted(p.name for p in (tmp_path / "open").iterdir())
+        assert len(runs) == 2 and all(r.startswith("r") for r in runs), runs
+        summary = json.loads((tmp_path / "open" / runs[0] / "summary.json").read_text())
+        assert summary["workload"]["mode"] == "open" and summary["requests"]["ok"] == 6
+        planned = json.loads((tmp_path / "open" / runs[0] / "run.json").read_text())["workload"]
+        assert planned["kind"] == "open_loop" and planned["input_len"]["dist"] == "uniform"
+        code, _, err = run_cli(
+            capsys, *bench_args(url, tmp_path / "chat", "--turns", "2", "--conversations", "2", "--input-len", "8"),
+            "--output-len", "4", "--system-prompt-len", "16", "--tokenizer", str(tiny_model),
+        )  # fmt: skip
+        assert code == 0, err
+        summary = json.loads((tmp_path / "chat" / "summary.json").read_text())
+        assert summary["workload"]["mode"] == "sessions" and summary["requests"]["ok"] == 4
+
+
+def test_bench_refuses_conflicting_workload_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, *bench_args("http://127.0.0.1:9", tmp_path / "r", "--turns", "2", "--rate", "1"))
+    assert code == 2 and "--turns and --rate" in err
+    code, _, err = run_cli(capsys, *bench_args("http://127.0.0.1:9", tmp_path / "r"))
+    assert code == 2 and "--concurrency N" in err
+    code, _, err = run_cli(capsys, *bench_args("http://127.0.0.1:9", tmp_path / "r", "--rate", "0"))
+    assert code == 2 and "--rate" in err
+
+
+def test_report_command_refuses_a_folder_without_saved_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "report", str(tmp_path))
+    assert code == 2 and "not a campaign folder" in err
+    (tmp_path / "campaign.yaml").write_text("name: x\n")
+    code, _, err = run_cli(capsys, "report", str(tmp_path))
+    assert code == 2 and "no saved runs" in err

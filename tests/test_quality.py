@@ -1,0 +1,146 @@
+"""Quality checks: planted answers through the reference server give the planted rates exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bakeoff.client import ClientSettings
+from bakeoff.errors import SpecError
+from bakeoff.quality import (
+    QUALITY_FILE,
+    baseline_answers,
+    check,
+    load_prompt_set,
+    parse_json_answer,
+    quality_settings,
+    run_quality,
+    score,
+)
+from bakeoff.records import RequestRecord
+from bakeoff.refserver import serve_reference
+from bakeoff.store import read_json, write_json
+
+# id -> (item, planted answer). Two JSON answers are broken (one is not JSON, one is cut by
+# max_tokens), one exact answer is wrong, one answer refuses, one free answer is cut short.
+PLANTED: dict[str, tuple[dict[str, object], str]] = {
+    "j1": ({"kind": "json", "required_keys": ["name", "age"], "max_tokens": 32}, '{"name": "Ada", "age": 36}'),
+    "j2": (
+        {"kind": "json", "required_keys": ["item"], "max_tokens": 32},
+        '```json\n{"item": "pens", "quantity": 3}\n```',
+    ),
+    "j3": ({"kind": "json", "required_keys": ["city"], "max_tokens": 32}, "The city is Lyon."),
+    "j4": ({"kind": "json", "required_keys": ["label"], "max_tokens": 3}, '{"label": "negative", "confidence": 0.9}'),
+    "e1": ({"kind": "exact", "answer": "Paris", "max_tokens": 8}, "paris."),
+    "e2": ({"kind": "exact", "answer": "42", "max_tokens": 8}, "42"),
+    "e3": ({"kind": "exact", "answer": "INV-20931", "max_tokens": 8}, "I'm sorry, I can't help with that."),
+    "f1": ({"kind": "free", "min_words": 3, "max_words": 10, "max_tokens": 40}, "Batching shares each weight read."),
+    "f2": ({"kind": "free", "min_words": 5, "max_words": 50, "max_tokens": 4}, "one two three four five six seven"),
+}
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    """A prompt set and the reference server's canned answers for it."""
+    lines, canned = [], {}
+    for item_id, (fields, answer) in PLANTED.items():
+        prompt = f"question {item_id}: answer it"
+        lines.append(orjson.dumps({"id": item_id, "prompt": prompt, **fields}).decode())
+        canned[prompt] = answer
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text("\n".join(lines) + "\n")
+    answers = tmp_path / "canned.json"
+    answers.write_text(json.dumps(canned))
+    return prompts, answers
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_planted_outputs_give_the_planted_rates(planted: tuple[Path, Path], tmp_path: Path, endpoint: str) -> None:
+    prompts, canned = planted
+    with serve_reference(ttft_ms=1, itl_ms=0, canned=canned, tokens_per_chunk=2) as url:
+        settings = ClientSettings(url, "bakeoff-ref", extra_body={"ignore_eos": True}, min_tokens=True)
+        result = run_quality(settings, str(prompts), concurrency=3, endpoint=endpoint, out=tmp_path / QUALITY_FILE)
+    rates = result["rates"]
+    assert (rates["items"], rates["answered"], rates["failed"]) == (9, 9, 0)
+    assert rates["invalid_json"] == 2 / 4  # j3 is prose, j4 was cut after 3 tokens
+    assert rates["truncated"] == 2 / 9  # j4 (cut before its JSON closed) and f2 (cut mid-text)
+    assert rates["refused"] == 1 / 9
+    assert rates["exact"] == 2 / 3
+    assert rates["length_ok"] == 1 / 2
+    assert rates["agreement"] is None  # no baseline named
+    answers = {a["id"]: a for a in result["answers"]}
+    assert answers["j1"]["output"] == '{"name": "Ada", "age": 36}' and answers["j1"]["finish_reason"] == "stop"
+    assert answers["f2"]["output"] == "one two three four" and answers["f2"]["finish_reason"] == "length"
+    assert read_json(tmp_path / QUALITY_FILE) == json.loads(orjson.dumps(result))
+
+
+def test_agreement_is_the_share_of_identical_normalized_outputs(tmp_path: Path) -> None:
+    answers = [
+        {"id": "a", "kind": "free", "output": "Same  Text.", "error": None, "truncated": False, "refused": False,
+         "length_ok": True, "valid_json": None, "exact": None},
+        {"id": "b", "kind": "free", "output": "new", "error": None, "truncated": False, "refused": False,
+         "length_ok": True, "valid_json": None, "exact": None},
+        {"id": "c", "kind": "free", "output": "", "error": "connect"},
+    ]  # fmt: skip
+    rates = score(answers, baseline={"a": "same text", "b": "old", "c": "anything"})
+    assert rates["agreement"] == 1 / 2 and rates["failed"] == 1
+    # From a baseline campaign folder: the same cell's answers, else the same server's.
+    write_json(tmp_path / "cells" / "srv__w1" / QUALITY_FILE, {"answers": answers})
+    assert baseline_answers(tmp_path, "srv__w1", "srv") == {"a": "Same  Text.", "b": "new"}
+    assert baseline_answers(tmp_path, "srv__other", "srv") == {"a": "Same  Text.", "b": "new"}
+    assert baseline_answers(tmp_path, "x__w1", "x") is None
+    assert baseline_answers(None, "srv__w1", "srv") is None
+
+
+def test_random_text_is_scored_too_not_skipped() -> None:
+    """A generated model's gibberish: every rate is computed, none left out."""
+    items = load_prompt_set("default")
+    record = RequestRecord(0, output_text=" w0 w1 w2 w3", finish_reason="length")
+    answers = [check(item, record) for item in items]
+    rates = score(answers)
+    assert rates["invalid_json"] == 1.0 and rates["exact"] == 0.0 and rates["refused"] == 0.0
+    assert rates["truncated"] == 1.0  # every answer ran into max_tokens without its expected end
+    assert rates["length_ok"] == 0.0  # 4 words is below every free item's minimum
+
+
+def test_the_shipped_set_has_every_kind() -> None:
+    kinds = {item.kind for item in load_prompt_set("default")}
+    assert kinds == {"json", "exact", "free"}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"id": "x", "kind": "exact", "prompt": "p"}', "needs 'answer'"),
+        ('{"id": "x", "kind": "free", "prompt": "p"}', "'min_words' and/or 'max_words'"),
+        ('{"id": "x", "kind": "json", "prompt": "p", "colour": 1}', "Extra inputs"),
+        ("not json", "set.jsonl:1"),
+    ],
+)
+def test_a_bad_prompt_set_is_refused_naming_the_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "set.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(SpecError, match=r"quality\.prompts") as caught:
+        load_prompt_set(str(path))
+    assert message in str(caught.value)
+
+
+def test_missing_set_names_the_field() -> None:
+    with pytest.raises(SpecError, match=r"quality.prompts: no prompt set .*nosuchset"):
+        load_prompt_set("nosuchset")
+
+
+def test_json_answers_may_sit_in_one_code_fence_but_must_hold_every_key() -> None:
+    assert parse_json_answer('```json\n{"a": 1, "b": 2}\n```', ["a", "b"])
+    assert not parse_json_answer('{"a": 1}', ["a", "b"])
+    assert not parse_json_answer("[1, 2]", [])
+    assert not parse_json_answer('{"a": 1', ["a"])
+
+
+def test_quality_requests_let_the_model_stop() -> None:
+    settings = ClientSettings("http://h:1", "m", extra_body={"ignore_eos": True, "top_k": 1}, min_tokens=True)
+    free = quality_settings(settings)
+    assert free.extra_body == {"top_k": 1} and free.min_tokens is False

@@ -1,0 +1,241 @@
+"""Campaigns on Ray: cells as tasks in parallel, a lost worker's cell retried, results in one store.
+
+A local Ray cluster started here (4 CPUs, a fake accelerator resource) runs campaigns
+whose servers are the reference server as a process backend, as the resume tests do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import ray
+
+from bakeoff import campaign, report, report_cluster
+from bakeoff.cli import main
+from bakeoff.ray_runner import RETRY_REASON, TRIES, cell_options, check_ray_fields, run_cells_on_ray
+from bakeoff.ray_store import ResultStore
+from bakeoff.specs import CampaignSpec
+from bakeoff.store import read_json, read_summary, write_json
+
+SERVED = f"ray-test-{uuid.uuid4().hex[:8]}"  # names this module's servers among everyone's
+BACKEND = """\
+name: refproc
+display_name: reference server (test)
+runtime: process
+accelerator: cpu
+command: ["{python}", "-m", "bakeoff.refserver", "--port", "{port}", "--model", "{served_model_name}",
+          "--ttft-ms", "40", "--itl-ms", "20"]
+health: {path: /health, timeout_s: 20, interval_s: 0.1}
+cache_reset: {kind: none}
+"""
+
+
+def campaign_yaml(model: Path, requests: int, extra: str = "") -> str:
+    return f"""\
+name: ray-test
+model: {{path: {model}, served_name: {SERVED}}}
+servers:
+  - {{backend: refproc, label: a}}
+  - {{backend: refproc, label: b}}
+workloads:
+  - {{kind: concurrency, name: w, levels: [2], requests_per_level: {requests}, warmup_requests: 0,
+      input_len: 16, output_len: 16}}
+measure_warm_restart: false
+repeats: 1
+{extra}"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A local Ray cluster whose workers find the test backend (they inherit this environment)."""
+    root = tmp_path_factory.mktemp("ray")
+    (root / "backends").mkdir()
+    (root / "backends" / "refproc.yaml").write_text(BACKEND)
+    before = os.environ.get("BAKEOFF_BACKENDS_DIR")
+    os.environ["BAKEOFF_BACKENDS_DIR"] = str(root / "backends")
+    ray.init(num_cpus=4, resources={"accelerator_type:FAKE": 2}, include_dashboard=False, log_to_driver=False)
+    try:
+        yield root
+    finally:
+        ray.shutdown()
+        if before is None:
+            os.environ.pop("BAKEOFF_BACKENDS_DIR", None)
+        else:
+            os.environ["BAKEOFF_BACKENDS_DIR"] = before
+
+
+def our_servers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if "bakeoff.refserver" in line and SERVED in line:
+            found.append(proc)
+    return found
+
+
+def window(cell_dir: Path) -> tuple[str, str]:
+    info = read_json(cell_dir / "runs" / "c2" / "run.json")
+    return info["started_at"], info["finished_at"]
+
+
+def test_cells_run_in_parallel_on_ray_into_an_object_store_and_match_the_serial_path(
+    cluster: Path, tiny_model: Path
+) -> None:
+    path = cluster / "parallel.yaml"
+    path.write_text(campaign_yaml(tiny_model, 12))
+    store = ResultStore(cluster / "mirror", (cluster / "bucket").as_uri())  # file:// goes through fsspec
+    assert run_cells_on_ray(ray, path, store) == []
+    # The store holds every cell, whole; the driver's copy was pulled from it.
+    for cell in ("a__w", "b__w"):
+        assert (cluster / "bucket" / "cells" / cell / "runs" / "c2" / "summary.json").is_file()
+        info = read_json(store.local / "cells" / cell / "cell.json")
+        assert info["status"] == "ok" and info["ray"]["retried"] == 0 and len(info["ray"]["tries"]) == 1
+        summary = read_summary(store.local / "cells" / cell / "runs" / "c2" / "summary.json")
+        assert summary.provenance.node_id == ray.get_runtime_context().get_node_id()
+        assert summary.requests.ok == 12 and summary.client is not None and summary.client.processes == 1
+    (a0, a1), (b0, b1) = window(store.local / "cells" / "a__w"), window(store.local / "cells" / "b__w")
+    assert a0 < b1 and b0 < a1, f"cells ran one after the other: a {a0}..{a1}, b {b0}..{b1}"
+    # The serial path (what the local campaign's notebook calls) measures the same server alike.
+    serial = cluster / "serial"
+    campaign.prepare(path, serial, ["a"])
+    campaign.run_cell(serial, "a", "w")
+    here = read_summary(serial / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
+    there = read_summary(store.local / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
+    assert there.ttft_ms.mean == pytest.approx(here.ttft_ms.mean, rel=0.1)
+    assert there.tpot_ms.mean == pytest.approx(here.tpot_ms.mean, rel=0.05)
+    assert not our_servers()
+
+
+def test_a_killed_worker_fails_only_its_cell_which_is_retried_reported_and_never_loses_a_finished_run(
+    cluster: Path, tiny_model: Path
+) -> None:
+    path = cluster / "kill.yaml"
+    path.write_text(campaign_yaml(tiny_model, 24, "ray: {max_retries: 2}\n"))
+    store = ResultStore(cluster / "shared")  # a folder every node mounts
+    outcome: dict[str, Any] = {}
+
+    def drive() -> None:
+        try:
+            outcome["failures"] = run_cells_on_ray(ray, path, store)
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    journal = store.local / "cells" / "a__w" / "runs" / "c2" / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while not (journal.is_file() and len(journal.read_bytes().splitlines()) >= 3):
+        assert time.monotonic() < deadline and driver.is_alive(), f"cell a never got going: {outcome}"
+        time.sleep(0.05)
+    worker = read_json(store.local / "cells" / "a__w" / TRIES)["tries"][-1]["pid"]
+    os.kill(worker, signal.SIGKILL)
+    driver.join(120)
+    assert not driver.is_alive() and "error" not in outcome, outcome
+    assert outcome["failures"] == []
+    a = read_json(store.local / "cells" / "a__w" / "cell.json")
+    assert a["status"] == "ok" and a["ray"]["retried"] == 1
+    assert [t["outcome"] for t in a["ray"]["tries"]] == ["lost", "ok"]
+    [earlier] = a["earlier_attempts"]
+    assert earlier["why_measured_again"].startswith(RETRY_REASON) and earlier["finished_requests"] >= 3
+    assert read_summary(store.local / "cells" / "a__w" / "runs" / "c2" / "summary.json").requests.ok == 24
+    # The other cell ran once, untouched by its neighbour's loss.
+    b = read_json(store.local / "cells" / "b__w" / "cell.json")
+    assert b["status"] == "ok" and b["ray"]["retried"] == 0 and not b["earlier_attempts"]
+    rows = report.remeasured_table(store.local)
+    assert list(rows["cell"]) == ["a__w"] and RETRY_REASON in rows["measured again because"].iloc[0]
+    placed = report_cluster.placement_table(store.local).set_index("cell")
+    assert placed.loc["a__w", "tries"] == 2 and placed.loc["b__w", "tries"] == 1
+    assert placed.loc["a__w", "retried after a lost worker on"] and placed.loc["b__w", "host"]
+    clients = report_cluster.client_table(store.local)
+    assert list(clients["client processes"]) == [1, 1] and clients["headroom %"].between(0, 100).all()
+    assert not our_servers(), "the lost try's server was left running"
+    # Run again: finished cells are skipped, not re-run.
+    finished = {c: read_json(store.local / "cells" / c / "cell.json")["finished_at"] for c in ("a__w", "b__w")}
+    assert run_cells_on_ray(ray, path, store) == []
+    assert finished == {c: read_json(store.local / "cells" / c / "cell.json")["finished_at"] for c in finished}
+
+
+def gpu_cells(tmp_path: Path, servers: str, *, rehearse: bool = False) -> tuple[CampaignSpec, list[campaign.Cell]]:
+    spec = CampaignSpec.model_validate_json(
+        "{"
+        f'"name": "g", "gpu": true, "gpu_type": "A100", "model": {{"path": "{tmp_path}", "context_len": 4096}},'
+        f'"servers": {servers},'
+        '"workloads": [{"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8}]'
+        "}"
+    )
+    return spec, campaign.expand(spec, None, rehearse=rehearse)
+
+
+def test_cell_resources_follow_tensor_parallelism_gpu_type_and_engine_kind(tmp_path: Path) -> None:
+    servers = (
+        '[{"backend": "vllm", "label": "tp2", "knobs": {"tensor_parallel_size": 2}, "gpu_type": "H100"},'
+        ' {"backend": "sglang", "label": "any"}, {"backend": "llamacpp", "label": "cpu"}]'
+    )
+    spec, cells = gpu_cells(tmp_path, servers)
+    options = {c.server.label: cell_options(c, spec) for c in cells}
+    assert options["tp2"]["num_gpus"] == 2 and options["tp2"]["resources"] == {"accelerator_type:H100": 0.001}
+    assert options["any"]["num_gpus"] == 1 and options["any"]["resources"] == {"accelerator_type:A100": 0.001}
+    assert "num_gpus" not in options["cpu"] and options["cpu"]["num_cpus"] == 2
+    assert options["tp2"]["num_cpus"] == 1 and options["tp2"]["max_retries"] == 2
+    assert options["tp2"]["retry_exceptions"] is False
+    # A rehearsal's stand-ins are reference servers: they hold no GPU.
+    spec, rehearsed = gpu_cells(tmp_path, servers, rehearse=True)
+    assert all("num_gpus" not in cell_options(c, spec) for c in rehearsed)
+
+
+def test_gpu_type_on_a_cpu_server_is_refused_naming_the_field(tmp_path: Path) -> None:
+    spec, cells = gpu_cells(tmp_path, '[{"backend": "vllm"}, {"backend": "llamacpp", "gpu_type": "H100"}]')
+    with pytest.raises(Exception, match=r"servers\[1\]\.gpu_type: llamacpp runs on CPU"):
+        check_ray_fields(spec, cells)
+
+
+def test_ray_flag_without_ray_says_how_to_install_it(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(campaign_yaml(tiny_model, 4))
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    assert main(["campaign", "run", str(path), "--ray", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Ray is not installed" in err and "pip install 'bakeoff[ray]'" in err
+    assert not (tmp_path / "out" / "cells").exists()  # refused before anything ran
+
+
+def test_object_store_pushes_summaries_then_cell_json_last_and_pulls_back(tmp_path: Path) -> None:
+    cell = tmp_path / "local" / "cells" / "x"
+    for run in ("r1", "r2"):
+        (cell / "runs" / run).mkdir(parents=True)
+        for name in ("summary.json", "records.parquet", "run.json"):
+            write_json(cell / "runs" / run / name, {"run": run, "file": name})
+    write_json(cell / "cell.json", {"status": "ok"})
+    store = ResultStore(tmp_path / "local", (tmp_path / "bucket").as_uri())
+    order: list[str] = []
+    put = store._fs.put_file
+    store._fs.put_file = lambda src, dst, **kw: (order.append(Path(src).relative_to(cell).as_posix()), put(src, dst))
+    store.push(cell, "cells/x")
+    assert order[-1] == "cell.json"
+    for run in ("r1", "r2"):
+        assert order.index(f"runs/{run}/summary.json") > order.index(f"runs/{run}/records.parquet")
+    assert not [p for p in (tmp_path / "bucket").rglob("*") if ".part-" in p.name]
+    assert store.pull("cells/x", tmp_path / "copy") == 7
+    assert read_json(tmp_path / "copy" / "runs" / "r2" / "run.json") == {"run": "r2", "file": "run.json"}
+
+
+def test_a_misspelt_ray_policy_key_is_named_with_the_valid_ones(tmp_path: Path, tiny_model: Path) -> None:
+    from bakeoff.errors import SpecError
+    from bakeoff.specs import load_campaign
+
+    path = tmp_path / "c.yaml"
+    path.write_text(campaign_yaml(tiny_model, 4, "ray: {max_retrys: 2}\n"))
+    with pytest.raises(SpecError, match=r"ray\.max_retrys: unknown key.*max_retries, retry_exceptions, cpus_per_cell"):
+        load_campaign(path)

@@ -1,0 +1,131 @@
+"""The rendered report in headless Chromium: self-contained, every image decoded, no console error.
+
+A small campaign against the reference server speaking vLLM's wire protocol (its
+``/metrics`` gives the telemetry series) is run end to end, and the HTML it renders is
+opened with the network cut off. A script put first into the page's head records
+console errors, uncaught errors and every resource fetched; on ``load`` it writes what
+it saw into the DOM, which ``--dump-dom`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bakeoff.campaign import run_campaign
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+BACKEND = """\
+name: refvllm-{label}
+display_name: reference server in vLLM's wire profile (test)
+runtime: process
+accelerator: cpu
+command: ["{python}", "-m", "bakeoff.refserver", "--port", "{port}", "--model", "{served_model_name}",
+          "--profile", "vllm", "--ttft-ms", "5", "--itl-ms", "{itl}"]
+health: {path: /health, timeout_s: 20, interval_s: 0.1}
+metrics:
+  path: /metrics
+  names:
+    running: "vllm:num_requests_running"
+    waiting: "vllm:num_requests_waiting"
+    kv_cache_usage: "vllm:kv_cache_usage_perc"
+    generation_tokens: "vllm:generation_tokens_total"
+cache_reset: {kind: none}
+"""
+
+CHECK = """<script>
+window.__seen = {errors: []};
+const original = console.error;
+console.error = (...args) => { window.__seen.errors.push(args.join(' ')); original(...args); };
+window.addEventListener('error', e => window.__seen.errors.push('uncaught: ' + (e.message || e.target.src)), true);
+window.addEventListener('load', () => {
+  const images = Array.from(document.images);
+  const result = {
+    errors: window.__seen.errors,
+    images: images.length,
+    undecoded: images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 60)),
+    fetched: performance.getEntriesByType('resource').map(r => r.name).filter(n => !/^(data|blob|file):/.test(n)),
+    headings: Array.from(document.querySelectorAll('h1, h2, h3')).map(h => h.textContent.trim()),
+  };
+  const out = document.createElement('pre');
+  out.id = 'bakeoff-check';
+  out.textContent = JSON.stringify(result);
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def campaign(model: Path) -> str:
+    return f"""\
+name: browser-check
+model: {{path: {model}, served_name: m}}
+servers:
+  - {{backend: refvllm-fast, label: fast}}
+  - {{backend: refvllm-slow, label: slow}}
+workloads:
+  - {{kind: concurrency, name: sweep, levels: [1, 4], requests_per_level: 8, min_duration_s: 0, warmup_requests: 1,
+      input_len: 16, output_len: 16}}
+slo: {{ttft_ms: 500, tpot_ms: 50}}
+repeats: 1
+measure_warm_restart: false
+"""
+
+
+def open_in_chromium(html: Path, tmp_path: Path) -> dict[str, object]:
+    page = tmp_path / "checked.html"
+    text = html.read_text()
+    page.write_text(re.sub(r"<head>", "<head>" + CHECK, text, count=1))
+    argv = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # a request to the network would fail, and show
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    found = re.search(r'<pre id="bakeoff-check">(.*?)</pre>', done.stdout, flags=re.S)
+    assert found, f"no check result from Chromium: {done.stderr[-2000:]}"
+    result: dict[str, object] = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return result
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+def test_report_opens_in_chromium_self_contained_with_every_figure(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "backends").mkdir()
+    for label, itl in (("fast", "8"), ("slow", "16")):
+        # {python}, {port} and {served_model_name} are the launcher's to fill in.
+        spec = BACKEND.replace("{label}", label).replace("{itl}", itl)
+        (tmp_path / "backends" / f"refvllm-{label}.yaml").write_text(spec)
+    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
+    monkeypatch.setenv("BAKEOFF_HISTORY", str(tmp_path / "history"))  # the archive of this run stays in tmp
+    path = tmp_path / "c.yaml"
+    path.write_text(campaign(tiny_model))
+    report = run_campaign(path, out_dir=tmp_path / "out")
+    series = sorted((tmp_path / "out" / "cells").rglob("telemetry.parquet"))
+    assert len(series) == 4  # two servers x two levels, each with its series
+
+    seen = open_in_chromium(report, tmp_path)
+    assert seen["errors"] == [], seen["errors"]
+    assert seen["fetched"] == [], "the report must not reach the network"
+    assert seen["undecoded"] == [] and isinstance(seen["images"], int) and seen["images"] >= 3
+    headings = " | ".join(str(h) for h in seen["headings"])  # type: ignore[attr-defined]
+    assert ("Verdict" if "Verdict" in headings else "Findings") in headings
+    assert "Pareto front" in headings and "Tuning advice" in headings
+    assert "Server telemetry" in report.read_text()

@@ -1,0 +1,215 @@
+"""Telemetry over time: the Prometheus parser's types, the sampler beside a real load, process and GPU probes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from bakeoff.backends import load_backend
+from bakeoff.client import ClientSettings, PlannedRequest
+from bakeoff.hoststats import ProcessProbe, nvml_probe
+from bakeoff.refserver import serve_reference
+from bakeoff.runner import RunTarget, execute_plan
+from bakeoff.store import read_json
+from bakeoff.telemetry import parse_prometheus
+from bakeoff.telemetry_series import SERIES_FILE, Sampler, ServerProbe, read_series, with_rates, write_series
+from bakeoff.workloads import RunPlan
+
+TWO_ENGINES = """# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.8
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.6
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 5.0
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 1.0
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 4.0
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 5.0
+vllm:e2e_request_latency_seconds_count{model_name="m"} 5.0
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 3.5
+"""
+
+
+def test_share_gauges_average_over_engines_while_counts_and_counters_sum() -> None:
+    snap = parse_prometheus(TWO_ENGINES)
+    assert snap["vllm:kv_cache_usage_perc"] == pytest.approx(0.7)  # not 1.4: two engines at 80 % and 60 %
+    assert snap["vllm:num_requests_running"] == 8.0
+    assert snap["vllm:num_preemptions_total"] == 3.0
+    assert snap["vllm:e2e_request_latency_seconds_count"] == 5.0
+
+
+def test_a_filtered_parse_keeps_only_the_named_metrics() -> None:
+    snap = parse_prometheus(TWO_ENGINES, only=["vllm:num_preemptions_total", "vllm:kv_cache_usage_perc"])
+    assert set(snap) == {"vllm:num_preemptions_total", "vllm:kv_cache_usage_perc"}
+    assert snap["vllm:num_preemptions_total"] == 3.0
+
+
+def test_with_rates_turns_counters_into_per_interval_figures() -> None:
+    frame = pd.DataFrame(
+        {
+            "t_s": [0.0, 1.0, 2.0],
+            "generation_tokens": [100.0, 300.0, 700.0],
+            "preemptions": [0.0, 0.0, 3.0],
+            "prefix_cache_hits": [0.0, 50.0, 50.0],
+            "prefix_cache_queries": [0.0, 100.0, 100.0],
+            "rss_bytes": [2.0**30, 2.0**31, 2.0**31],
+        }
+    )
+    rated = with_rates(frame)
+    assert rated["generation_tokens_per_s"].tolist()[1:] == [200.0, 400.0]
+    assert rated["preemptions_per_s"].tolist()[1:] == [0.0, 3.0]
+    assert rated["prefix_hit_rate"].iloc[1] == 0.5 and pd.isna(rated["prefix_hit_rate"].iloc[2])  # no lookups
+    assert rated["rss_gib"].tolist() == [1.0, 2.0, 2.0]
+
+
+def test_sampler_keeps_its_grid_and_survives_a_failing_probe() -> None:
+    class Broken:
+        def read(self) -> dict[str, float | None]:
+            raise RuntimeError("scrape exploded")
+
+    class Counting:
+        n = 0.0
+
+        def read(self) -> dict[str, float | None]:
+            self.n += 1
+            return {"running": self.n}
+
+    sampler = Sampler([Broken(), Counting()], interval_s=0.05)
+    sampler.start()
+    time.sleep(0.32)
+    rows = sampler.stop()
+    assert 6 <= len(rows) <= 9  # about one per 50 ms, plus the closing sample
+    assert [r["running"] for r in rows] == [float(i) for i in range(1, len(rows) + 1)]
+    times = [r["t_s"] or 0.0 for r in rows]
+    assert times == sorted(times) and all(r["sample_ms"] is not None for r in rows)
+
+
+def test_a_run_against_a_vllm_wire_server_saves_its_series(tmp_path: Path) -> None:
+    requests = [PlannedRequest(i, "completions", 40, prompt=f"hello {i}") for i in range(16)]
+    plan = RunPlan("c8", "closed", {}, concurrency=8, requests=requests)
+    with serve_reference(profile="vllm", ttft_ms=20, itl_ms=25) as url:
+        settings = ClientSettings(url, "bakeoff-ref")
+        target = RunTarget(settings, load_backend("vllm"), show_progress=False, telemetry_interval_s=0.2)
+        summary = execute_plan(plan, target, tmp_path)
+    assert summary.telemetry_series == {"server": SERIES_FILE}
+    series = read_series(tmp_path / SERIES_FILE)
+    # Two waves of 40 tokens at 25 ms: about 2 s, sampled every 0.2 s.
+    assert len(series) >= 6
+    assert series["running"].max() >= 4  # the load was seen from the server's side
+    assert series["generation_tokens"].iloc[-1] - series["generation_tokens"].iloc[0] >= 16 * 40 * 0.5
+    assert series["kv_cache_usage"].notna().all()
+    info = read_json(tmp_path / "run.json")
+    assert info["telemetry"]["samples"] == len(series)
+    assert any("not a local process" in note for note in info["telemetry"]["left_out"])
+
+
+def test_server_probe_reads_only_what_the_backend_maps() -> None:
+    with serve_reference(profile="vllm") as url:
+        reading = ServerProbe(url, load_backend("vllm")).read()
+    assert reading["running"] == 0.0 and reading["waiting"] == 0.0 and reading["kv_cache_usage"] == 0.0
+    assert reading["generation_tokens"] == 0.0
+    assert reading["preemptions"] is None  # the reference server has no preemption counter
+
+
+def test_process_probe_follows_the_engines_children(tmp_path: Path) -> None:
+    # A parent that only waits, and a child that spins: the work is in the child, as in vLLM.
+    spin = "import time\nend = time.time() + 5\nwhile time.time() < end: pass"
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)  # the child is up
+        probe = ProcessProbe(parent.pid)
+        time.sleep(0.6)
+        reading = probe.read()
+    finally:
+        parent.kill()
+        for child in __import__("psutil").Process().children(recursive=True):
+            child.kill()
+        parent.wait()
+    # The waiting parent uses next to no CPU: anything near a core is the child's (shared cores: not a full one).
+    assert reading["cpu_cores"] is not None and reading["cpu_cores"] > 0.15
+    assert reading["rss_bytes"] is not None and reading["rss_bytes"] > 5 * 2**20  # two interpreters
+
+
+def test_process_probe_of_a_gone_process_reads_missing_values() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert ProcessProbe(child.pid).read() == {"cpu_cores": None, "rss_bytes": None}
+
+
+def fake_nvml(count: int = 2) -> types.ModuleType:
+    """A stand-in for nvidia-ml-py: two GPUs at 50 % and 100 %, 10 and 20 GiB, 300 and 450 W."""
+    module = types.ModuleType("fake_pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    state: dict[str, Any] = {"shutdown": False}
+    module.NVMLError = NVMLError  # type: ignore[attr-defined]
+    module.state = state  # type: ignore[attr-defined]
+    module.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    module.nvmlShutdown = lambda: state.update(shutdown=True)  # type: ignore[attr-defined]
+    module.nvmlDeviceGetCount = lambda: count  # type: ignore[attr-defined]
+    module.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    module.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"  # type: ignore[attr-defined]
+    module.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=[50, 100][h])  # type: ignore[attr-defined]
+    module.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=[10, 20][h] * 2**30)  # type: ignore[attr-defined]
+    module.nvmlDeviceGetPowerUsage = lambda h: [300_000, 450_000][h]  # type: ignore[attr-defined]
+    return module
+
+
+def test_nvml_probe_reads_every_gpu_through_a_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = fake_nvml()
+    monkeypatch.setitem(sys.modules, "fake_pynvml", module)
+    probe, why = nvml_probe("fake_pynvml")
+    assert probe is not None and "H100" in why
+    assert probe.read() == {"gpu_util_pct": 75.0, "gpu_mem_used_bytes": 30 * 2**30, "gpu_power_w": 750.0}
+    probe.close()
+    assert module.state["shutdown"]  # type: ignore[attr-defined]
+
+
+def test_nvml_probe_without_the_package_or_a_gpu_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe, why = nvml_probe("no_such_nvml_module")
+    assert probe is None and "nvidia-ml-py" in why
+    monkeypatch.setitem(sys.modules, "fake_pynvml", fake_nvml(count=0))
+    probe, why = nvml_probe("fake_pynvml")
+    assert probe is None and "no GPU" in why
+
+
+def _nvidia_gpu() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return bool(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _nvidia_gpu(), reason="needs an NVIDIA GPU and nvidia-ml-py (CPU counterpart: the fake NVML)")
+def test_nvml_probe_reads_a_real_gpu() -> None:
+    probe, why = nvml_probe()
+    assert probe is not None, why
+    reading = probe.read()
+    probe.close()
+    assert reading["gpu_mem_used_bytes"] is not None and reading["gpu_mem_used_bytes"] > 0
+    assert reading["gpu_util_pct"] is not None and 0 <= reading["gpu_util_pct"] <= 100
+
+
+def test_series_round_trips_with_missing_values(tmp_path: Path) -> None:
+    rows: list[dict[str, float | None]] = [{"t_s": 0.0, "running": 1.0}, {"t_s": 1.0, "running": None, "waiting": 2.0}]
+    write_series(tmp_path / SERIES_FILE, rows)
+    frame = read_series(tmp_path / SERIES_FILE)
+    assert frame["running"].iloc[0] == 1.0 and pd.isna(frame["running"].iloc[1])
+    assert pd.isna(frame["waiting"].iloc[0]) and frame["waiting"].iloc[1] == 2.0
