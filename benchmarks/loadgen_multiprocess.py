@@ -83,7 +83,7 @@ def measure(base_url: str, args: argparse.Namespace, processes: int | None, out:
     n_chunks = -(-args.output_tokens // args.tokens_per_chunk)
     true_tpot = (n_chunks - 1) * args.itl_ms / (args.output_tokens - 1)
     chunks = delta(before, after, "bakeoff_ref_chunks_total")
-    late_s = delta(before, after, "bakeoff_ref_late_seconds_sum")
+    late_s = delta(before, after, "bakeoff_ref_late_seconds_total")
     server_cpu_s = delta(before, after, "process_cpu_seconds")
     client = summary.client
     assert client is not None

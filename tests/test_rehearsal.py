@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -62,11 +63,22 @@ def test_rehearsal_spec_scales_down_but_keeps_the_shape() -> None:
     assert [s.knobs for s in scaled.servers] == [s.knobs for s in spec.servers]
 
 
-@pytest.fixture(scope="module")
-def rehearsals(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> dict[str, Path]:
-    """Every shipped GPU campaign rehearsed once; the tests below read the folders."""
+@pytest.fixture(scope="session")
+def rehearsed(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Callable[[str], Path]:
+    """Each shipped GPU campaign rehearsed once, when a test first asks; the tests read the folders.
+
+    One campaign at a time: under pytest-xdist (``--dist loadscope``) each class below is a
+    scope, so a worker rehearses only the campaigns whose class it was handed.
+    """
     out = tmp_path_factory.mktemp("rehearsals")
-    return {path.stem: run_campaign(path, out_dir=out / path.stem, rehearse=True).parent for path in GPU_CAMPAIGNS}
+    done: dict[str, Path] = {}
+
+    def folder(stem: str) -> Path:
+        if stem not in done:
+            done[stem] = run_campaign(REPO / "campaigns" / f"{stem}.yaml", out_dir=out / stem, rehearse=True).parent
+        return done[stem]
+
+    return folder
 
 
 def _cells(folder: Path) -> list[dict[str, Any]]:
@@ -81,63 +93,85 @@ def _cells(folder: Path) -> list[dict[str, Any]]:
     return cells
 
 
-@pytest.mark.parametrize("campaign", [p.stem for p in GPU_CAMPAIGNS])
-def test_rehearsal_runs_every_cell_without_a_failure(rehearsals: dict[str, Path], campaign: str) -> None:
-    folder = rehearsals[campaign]
-    assert (folder / MARKER).is_file()
-    spec = load_campaign(folder / "campaign.yaml")
-    cells = _cells(folder)
-    assert len(cells) == len(spec.servers) * len(spec.workloads)
-    for cell in cells:
-        label = cell["server"]["label"]
-        assert cell["status"] == "ok", (label, cell.get("error"))
-        effort = cell["effort"]
-        assert effort["cold_start_s"] > 0 and effort["warm_restart_s"] is not None, label
-        assert effort["failed_start_attempts"] == [], label
-        assert cell["runs"], f"{label}: no run"
-        for summary, run in cell["runs"]:
-            assert summary.rehearsal is True
-            assert summary.requests.failed == 0, (label, summary.requests.failed_by_kind)
-            assert summary.requests.ok > 0
-            server = run["server"]
-            assert server["kind"] == "rehearsal"
-            backend = load_backend(cell["backend"])
-            assert SERVER_COMMANDS[str(backend.rehearsal_profile)] in server["command_line"], server["command_line"]
-            assert backend.container is not None and backend.container.image in server["command_line"]
-            # The exact knob values reach the command (or the options file) a GPU host would run.
-            for knob, value in cell["server"]["knobs"].items():
-                assert knob in server["knobs"], (label, knob)
-                assert server["knobs"][knob] == value or str(server["knobs"][knob]) == str(value)
+class RehearsedCampaign:
+    """The tests every rehearsed GPU campaign passes; one ``TestRehearsal...`` subclass per campaign.
+
+    A class per campaign rather than a parameter: pytest-xdist's loadscope hands out a
+    class as a unit, so a campaign is rehearsed on one worker and the campaigns spread
+    over the workers (a parameter's tests would all share the module's scope).
+    """
+
+    campaign: ClassVar[str]
+
+    def test_rehearsal_runs_every_cell_without_a_failure(self, rehearsed: Callable[[str], Path]) -> None:
+        folder = rehearsed(self.campaign)
+        assert (folder / MARKER).is_file()
+        spec = load_campaign(folder / "campaign.yaml")
+        cells = _cells(folder)
+        assert len(cells) == len(spec.servers) * len(spec.workloads)
+        for cell in cells:
+            label = cell["server"]["label"]
+            assert cell["status"] == "ok", (label, cell.get("error"))
+            effort = cell["effort"]
+            assert effort["cold_start_s"] > 0 and effort["warm_restart_s"] is not None, label
+            assert effort["failed_start_attempts"] == [], label
+            assert cell["runs"], f"{label}: no run"
+            for summary, run in cell["runs"]:
+                assert summary.rehearsal is True
+                assert summary.requests.failed == 0, (label, summary.requests.failed_by_kind)
+                assert summary.requests.ok > 0
+                server = run["server"]
+                assert server["kind"] == "rehearsal"
+                backend = load_backend(cell["backend"])
+                assert SERVER_COMMANDS[str(backend.rehearsal_profile)] in server["command_line"], server["command_line"]
+                assert backend.container is not None and backend.container.image in server["command_line"]
+                # The exact knob values reach the command (or the options file) a GPU host would run.
+                for knob, value in cell["server"]["knobs"].items():
+                    assert knob in server["knobs"], (label, knob)
+                    assert server["knobs"][knob] == value or str(server["knobs"][knob]) == str(value)
+
+    def test_rehearsal_report_is_marked_on_every_section(self, rehearsed: Callable[[str], Path]) -> None:
+        html = (rehearsed(self.campaign) / "report.html").read_text()
+        assert "REHEARSAL" in html
+        headings = re.findall(r"<h2[^>]*>(.*?)</h2>", html, flags=re.S)
+        assert headings, "report has no sections"
+        for heading in headings:
+            assert "REHEARSAL" in heading, heading
+        assert "[rehearsal]" in html  # server labels in the tables carry the mark
 
 
-@pytest.mark.parametrize("campaign", [p.stem for p in GPU_CAMPAIGNS])
-def test_rehearsal_report_is_marked_on_every_section(rehearsals: dict[str, Path], campaign: str) -> None:
-    html = (rehearsals[campaign] / "report.html").read_text()
-    assert "REHEARSAL" in html
-    headings = re.findall(r"<h2[^>]*>(.*?)</h2>", html, flags=re.S)
-    assert headings, "report has no sections"
-    for heading in headings:
-        assert "REHEARSAL" in heading, heading
-    assert "[rehearsal]" in html  # server labels in the tables carry the mark
+class TestRehearsalAgent3kContext(RehearsedCampaign):
+    campaign = "gpu-agent-3k-context"
+
+    def test_rehearsal_prefix_cache_hit_rates_come_from_counters(self, rehearsed: Callable[[str], Path]) -> None:
+        """Agents repeating 3,000 tokens: every framework's counters must show the reuse."""
+        cells = {c["server"]["label"]: c for c in _cells(rehearsed(self.campaign))}
+        for label, cell in cells.items():
+            for summary, run in cell["runs"]:
+                block = summary.prefix_cache
+                assert block is not None, label
+                designed = block.designed_reuse
+                assert designed and designed > 0.5, label
+                rate = block.server_hit_rate
+                if label == "vllm-no-prefix":
+                    assert rate == 0.0, block  # the stand-in honours prefix_caching: false
+                    continue
+                assert block.server_hits is not None and block.server_queries, (label, block)
+                assert rate == pytest.approx(block.server_hits / block.server_queries)
+                assert rate == pytest.approx(designed, abs=0.1), (label, block)
+                # Usage-reported cached tokens agree with the counters (absent details count as 0).
+                assert block.cached_tokens_ratio == pytest.approx(rate, abs=0.05), (label, block)
+                if load_backend(cell["backend"]).cache_reset.kind == "http":
+                    assert run["prefix_cache_reset_before_run"], label
 
 
-def test_rehearsal_prefix_cache_hit_rates_come_from_counters(rehearsals: dict[str, Path]) -> None:
-    """Agents repeating 3,000 tokens: every framework's counters must show the reuse."""
-    cells = {c["server"]["label"]: c for c in _cells(rehearsals["gpu-agent-3k-context"])}
-    for label, cell in cells.items():
-        for summary, run in cell["runs"]:
-            block = summary.prefix_cache
-            assert block is not None, label
-            designed = block.designed_reuse
-            assert designed and designed > 0.5, label
-            rate = block.server_hit_rate
-            if label == "vllm-no-prefix":
-                assert rate == 0.0, block  # the stand-in honours prefix_caching: false
-                continue
-            assert block.server_hits is not None and block.server_queries, (label, block)
-            assert rate == pytest.approx(block.server_hits / block.server_queries)
-            assert rate == pytest.approx(designed, abs=0.1), (label, block)
-            # Usage-reported cached tokens agree with the counters (absent details count as 0).
-            assert block.cached_tokens_ratio == pytest.approx(rate, abs=0.05), (label, block)
-            if load_backend(cell["backend"]).cache_reset.kind == "http":
-                assert run["prefix_cache_reset_before_run"], label
+def _class_name(stem: str) -> str:
+    return "TestRehearsal" + "".join(part.capitalize() for part in stem.removeprefix("gpu-").split("-"))
+
+
+# Every other shipped GPU campaign gets its class here, so a new campaign is rehearsed unasked.
+for _path in GPU_CAMPAIGNS:
+    if _class_name(_path.stem) not in globals():
+        globals()[_class_name(_path.stem)] = type(
+            _class_name(_path.stem), (RehearsedCampaign,), {"campaign": _path.stem}
+        )

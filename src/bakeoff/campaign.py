@@ -309,7 +309,10 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
                 if attempt == spec.start_attempts:
                     raise
         effort["cache_restart_s"] = sum(r["stop_s"] + r["start_s"] for r in restarts)
-        if spec.measure_warm_restart and repeat == 1:  # every later repeat's start is a warm start already
+        if spec.measure_warm_restart and repeat > 1:
+            # A later repeat's start found the caches a first start filled: it is the warm restart.
+            effort["warm_restart_s"] = effort.get("cold_start_s")
+        elif spec.measure_warm_restart and spec.repeats == 1:
             # A cache restart already was a warm restart: no extra one to time.
             effort["warm_restart_s"] = (
                 restarts[0]["start_s"] if restarts else _time_restart(cell, source, spec.model.served_name, cell_dir)

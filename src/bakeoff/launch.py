@@ -162,10 +162,17 @@ def _stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) ->
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
+    """``pid``'s children, and the members of its process group: a leader that died during
+    start-up leaves its children (an engine core) to init, where only the group id finds them."""
     try:
-        return psutil.Process(pid).children(recursive=True)
+        family = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        return []
+        family = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if proc.pid != pid and proc not in family and os.getpgid(proc.pid) == pid:
+                family.append(proc)
+    return family
 
 
 @contextlib.contextmanager

@@ -151,7 +151,7 @@ class _Stats:
             ("vllm:prefix_cache_queries_total", "counter", label, counters.prompt_tokens),
             ("vllm:prefix_cache_hits_total", "counter", label, counters.cache_hits),
             ("bakeoff_ref_chunks_total", "counter", "", self.chunks),
-            ("bakeoff_ref_late_seconds_sum", "counter", "", self.pacer.late_sum_s),
+            ("bakeoff_ref_late_seconds_total", "counter", "", self.pacer.late_sum_s),
             ("bakeoff_ref_late_seconds_max", "gauge", "", self.pacer.late_max_s),
             ("bakeoff_ref_timer_bias_seconds", "gauge", "", self.pacer.bias_s),
             ("process_cpu_seconds_total", "counter", "", usage.ru_utime + usage.ru_stime),

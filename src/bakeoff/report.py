@@ -137,7 +137,10 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
     rows = []
     seen = set()
     suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
-    for cell in load_cells(campaign_dir):
+    cells = load_cells(campaign_dir)
+    # With repeats, the warm restart is repeat 2's start (bakeoff.campaign.run_cell).
+    warm = {c["server"]["label"]: w for c in cells if (w := c.get("effort", {}).get("warm_restart_s")) is not None}
+    for cell in cells:
         label = cell["server"]["label"] + suffix
         if label in seen:
             continue
@@ -151,7 +154,7 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
                 "image build s": effort.get("image_build_s"),
                 "engine build s": effort.get("engine_build_s"),
                 "cold start s": effort.get("cold_start_s"),
-                "warm restart s": effort.get("warm_restart_s"),
+                "warm restart s": effort.get("warm_restart_s", warm.get(cell["server"]["label"])),
                 "cache-emptying restarts s": effort.get("cache_restart_s") or None,
                 "flags changed": effort.get("flags_changed"),
                 "config lines": effort.get("config_lines"),

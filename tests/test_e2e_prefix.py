@@ -1,0 +1,101 @@
+"""Prefix caching on and off in real vLLM-CPU: multi-turn chat and trace replay on one pair of engines.
+
+The shipped cpu-multiturn and cpu-trace campaigns name the same two servers (the small
+model, prefix caching on and off, the same context length), so both campaigns run against
+one started pair, reached through each server's ``url`` as a user's own servers would be.
+Between runs the campaign empties the prefix cache over HTTP (vLLM's /reset_prefix_cache),
+which is what makes a shared engine measure the same as a fresh one; the tests check that
+reset succeeded before relying on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bakeoff.campaign import run_campaign
+from bakeoff.report import load_cells
+from bakeoff.results import RunSummary
+from bakeoff.specs import Trace, load_campaign
+from bakeoff.traces.loading import load_trace
+from bakeoff.traces.rows import reuse_share
+from engines import Engine, campaign_against, vllm_cpu
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+MULTITURN = REPO / "campaigns" / "cpu-multiturn.yaml"
+TRACE = REPO / "campaigns" / "cpu-trace.yaml"
+
+
+@pytest.fixture(scope="module")
+def prefix_pair(small_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
+    """prefix-on and prefix-off as cpu-multiturn.yaml configures them (cpu-trace.yaml must agree)."""
+    spec = load_campaign(MULTITURN)
+    with (
+        vllm_cpu(small_model, spec.servers[0].knobs, spec.model.served_name, tmp_path_factory.mktemp("on")) as first,
+        vllm_cpu(small_model, spec.servers[1].knobs, spec.model.served_name, tmp_path_factory.mktemp("off")) as second,
+    ):
+        yield {spec.servers[0].label: first, spec.servers[1].label: second}
+
+
+def summaries_by_server(out: Path) -> dict[str, RunSummary]:
+    """Each server's one run (one workload, one repeat)."""
+    return {c["server"]["label"]: next(iter(c["summaries"].values())) for c in load_cells(out)}
+
+
+def assert_cache_was_emptied(runs: dict[str, RunSummary]) -> None:
+    """A shared engine measures like a fresh one only if the reset before each run worked."""
+    for label, summary in runs.items():
+        assert summary.cache_reset is not None and summary.cache_reset.ok is True, (label, summary.cache_reset)
+
+
+def test_multi_turn_prefix_reuse_is_measured_both_ways(prefix_pair: dict[str, Engine], tmp_path: Path) -> None:
+    out = tmp_path / "multiturn"
+    run_campaign(campaign_against(MULTITURN, prefix_pair, tmp_path / "c.yaml"), out_dir=out)
+    runs = summaries_by_server(out)
+    assert_cache_was_emptied(runs)
+    on, off = runs["prefix-on"], runs["prefix-off"]
+    for summary in (on, off):
+        assert summary.requests.failed == 0
+    on_cache, off_cache = on.prefix_cache, off.prefix_cache
+    assert on_cache is not None and off_cache is not None
+    assert on_cache.designed_reuse is not None and on_cache.designed_reuse > 0.8
+    assert on_cache.designed_reuse == pytest.approx(off_cache.designed_reuse)
+    assert on_cache.server_hit_rate is not None and on_cache.server_hit_rate > 0.7
+    assert on_cache.cached_tokens_ratio is not None and on_cache.cached_tokens_ratio > 0.7
+    assert on_cache.reuse_realised is True
+    assert off_cache.server_hit_rate is not None and off_cache.server_hit_rate < 0.05
+    assert off_cache.cached_tokens_ratio is not None and off_cache.cached_tokens_ratio < 0.05
+    assert off_cache.reuse_realised is False
+    later_on = on.ttft_ms_by_turn[3]
+    later_off = off.ttft_ms_by_turn[3]
+    assert later_on is not None and later_off is not None and later_on < 0.6 * later_off
+    html = (out / "report.html").read_text()
+    assert "Prefix-cache reuse" in html and "prefix reuse was designed" in html  # called out
+
+
+def test_trace_replay_hit_rate_tracks_designed_reuse_with_caching_and_not_without(
+    prefix_pair: dict[str, Engine], tmp_path: Path
+) -> None:
+    out = tmp_path / "trace"
+    run_campaign(campaign_against(TRACE, prefix_pair, tmp_path / "c.yaml"), out_dir=out)
+    runs = summaries_by_server(out)
+    assert_cache_was_emptied(runs)
+    wl = load_campaign(TRACE).workloads[0]
+    assert isinstance(wl, Trace)
+    rows = load_trace(wl).rows
+    from_ids = reuse_share([(r.prompt_tokens, r.blocks) for r in rows], wl.tokens_per_block)
+    assert from_ids is not None and from_ids > 0.4
+    on, off = runs["prefix-on"], runs["prefix-off"]
+    for summary in (on, off):
+        assert summary.requests.failed == 0 and summary.requests.ok == len(rows)
+        assert summary.prefix_cache is not None and summary.prefix_cache.designed_reuse == pytest.approx(from_ids)
+        assert summary.trace is not None and summary.trace["clipped"] == 0
+    assert on.prefix_cache is not None and off.prefix_cache is not None
+    # vLLM caches whole 16-token blocks; the trace's 512-token blocks (after BOS) land on them.
+    assert on.prefix_cache.server_hit_rate == pytest.approx(from_ids, abs=0.05)
+    assert off.prefix_cache.server_hit_rate is not None and off.prefix_cache.server_hit_rate < 0.02
+    html = (out / "report.html").read_text()
+    assert "mooncake: trace replay" in html and "Prefix-cache reuse" in html
