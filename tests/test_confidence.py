@@ -142,3 +142,16 @@ def test_the_verdict_calls_a_planted_tie(tmp_path: Path) -> None:
     assert won.best == "a" and won.margin is not None and won.margin.outcome == "win" and won.outcome == "a wins"
     table = confidence_table(folder_win)
     assert set(table["server"]) == {"a", "b"} and table["goodput req/s"].str.contains(r"\[.*\] \(n=3\)").all()
+
+
+def test_the_headline_table_shows_an_unsupported_p99_as_such() -> None:
+    from bakeoff.report import _row, headline_table
+
+    cell = {"server": {"label": "a"}, "backend": "vllm", "workload": "sweep"}
+    frame = pd.DataFrame([_row(cell, run(100.0, n=32)), _row(cell, run(100.0, n=200, concurrency=8))])
+    table = headline_table(frame)
+    p99 = next(c for c in table.columns if c.startswith("TTFT P99"))
+    p50 = next(c for c in table.columns if c.startswith("TTFT P50"))
+    assert table[p99].iloc[0] == "unsupported (n=32)"
+    assert table[p99].iloc[1] == pytest.approx(100.0)  # 200 requests do support a P99
+    assert table[p50].iloc[0] == pytest.approx(50.0)

@@ -331,3 +331,25 @@ def test_report_command_refuses_a_folder_without_saved_runs(capsys: pytest.Captu
     (tmp_path / "campaign.yaml").write_text("name: x\n")
     code, _, err = run_cli(capsys, "report", str(tmp_path))
     assert code == 2 and "no saved runs" in err
+
+
+def test_long_steps_show_elapsed_time_on_a_terminal_and_nothing_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import time
+
+    from bakeoff.progress import working
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("CI", raising=False)
+    shown = Terminal()
+    with working("pulling img:1", stream=shown):
+        time.sleep(1.2)
+    assert "pulling img:1" in shown.getvalue()
+    monkeypatch.setenv("CI", "true")
+    quiet = Terminal()
+    with working("pulling img:1", stream=quiet):
+        pass
+    assert quiet.getvalue() == ""

@@ -153,3 +153,25 @@ def test_sentencepiece_sessions_count_exactly_through_the_chat_template(sentence
         assert tokenizer.count(session.system_prompt) == plan.system_prompt_tokens
         assert [tokenizer.count(t) for t in session.user_turns] == [33, 33]
         assert server_count(session.system_prompt, session.user_turns[0]) == scaffold + 120 + 33
+
+
+def test_plans_are_made_again_when_the_trace_file_or_tokenizer_changes(tmp_path: Path) -> None:
+    from bakeoff.specs import Trace
+    from bakeoff.workloads import RunPlan, plan_inputs
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [1]}\n')
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text("{}")
+    wl = Trace(path=trace, format="mooncake", block_size=8)
+    spec = wl.model_dump(mode="json")
+    plan = RunPlan(name="trace", mode="open", workload=spec)
+    inputs = plan_inputs(wl, tokenizer, 4096)
+    save_plans([plan], tmp_path / "plans", inputs)
+    assert plans_match(tmp_path / "plans", spec, plan_inputs(wl, tokenizer, 4096))
+    assert not plans_match(tmp_path / "plans", spec, plan_inputs(wl, tokenizer, 2048))  # clips differently
+    trace.write_text('{"timestamp": 0, "input_length": 16, "output_length": 4, "hash_ids": [1, 2]}\n')
+    assert not plans_match(tmp_path / "plans", spec, plan_inputs(wl, tokenizer, 4096))  # edited trace file
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [1]}\n')
+    tokenizer.write_text('{"changed": true}')
+    assert not plans_match(tmp_path / "plans", spec, plan_inputs(wl, tokenizer, 4096))  # another tokenizer

@@ -59,7 +59,15 @@ from bakeoff.specs import (
 from bakeoff.store import SUMMARY, atomic_write_bytes, read_summary, write_json, write_summary
 from bakeoff.telemetry import has_prefix_cache_counters
 from bakeoff.traces.plan import check_fits
-from bakeoff.workloads import PlanBuilder, RunPlan, load_plans, longest_request, plans_match, save_plans
+from bakeoff.workloads import (
+    PlanBuilder,
+    RunPlan,
+    load_plans,
+    longest_request,
+    plan_inputs,
+    plans_match,
+    save_plans,
+)
 
 CAMPAIGN_COPY = "campaign.yaml"
 CELL_INFO = "cell.json"
@@ -223,12 +231,14 @@ def prepare(
         PromptFactory(load_tokenizer(source.tokenizer_dir())),
         context_limit=min((n for n in limits if n is not None), default=None),
     )
+    tokenizer_file = source.tokenizer_dir() / "tokenizer.json"
     for wl in spec.workloads:
         folder = out_dir / "plans" / wl.label
-        # Plans are made once and replayed on re-runs, unless the workload itself changed.
-        if not plans_match(folder, wl.model_dump(mode="json")):
+        # Plans are made once and replayed on re-runs, unless the workload or what it was planned from changed.
+        inputs = plan_inputs(wl, tokenizer_file, builder.context_limit)
+        if not plans_match(folder, wl.model_dump(mode="json"), inputs):
             shutil.rmtree(folder, ignore_errors=True)
-            save_plans(builder.build(wl), folder)
+            save_plans(builder.build(wl), folder, inputs)
     return spec, cells
 
 

@@ -175,8 +175,11 @@ def ensure_image(runtime: str, image: str, *, build: str | None = None) -> Image
     local = build is not None or image.startswith(LOCAL_IMAGE_PREFIX)
     if local or (info.present and not floating_tag(image)):
         return inspect_image(runtime, image, build=build)
+    from bakeoff.progress import working
+
     started = time.monotonic()
-    pulled = _cli(runtime, "pull", image, timeout_s=_PULL_TIMEOUT_S)
+    with working(f"pulling {image}"):
+        pulled = _cli(runtime, "pull", image, timeout_s=_PULL_TIMEOUT_S)
     if pulled.returncode != 0:
         raise LaunchError(f"`{runtime} pull {image}` failed: {pulled.stderr.strip()[-1500:]}")
     record_image_seconds(image, time.monotonic() - started, "pull")

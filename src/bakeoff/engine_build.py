@@ -135,7 +135,9 @@ def engine_step_args(
 
 def run_logged(argv: list[str], log_path: Path) -> int:
     """Run one command, appending its output to ``log_path``; its exit status."""
-    with log_path.open("ab") as log:
+    from bakeoff.progress import working
+
+    with log_path.open("ab") as log, working(f"engine build: {Path(argv[-1]).name if argv else ''}"):
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False)

@@ -492,6 +492,19 @@ def headline_columns() -> dict[str, str]:
     return labels
 
 
+def unsupported_figures(summary: RunSummary) -> dict[str, str]:
+    """Frame column -> why its figure is not a measurement (too few samples, coalesced chunks)."""
+    found: dict[str, str] = {}
+    for metric in METRICS:
+        if metric.read is not None:
+            continue
+        dist = metric.stat(summary)
+        for stat in metric.frame_stats:
+            if not dist.supported(stat):
+                found[f"{metric.key}_{stat}"] = "unsupported" if dist.unsupported else f"unsupported (n={dist.n})"
+    return found
+
+
 def headline_readers() -> list[tuple[str, Callable[[RunSummary], float | None]]]:
     """(label, reader) for the headline figures, read straight from a summary."""
     readers = dict(frame_columns())

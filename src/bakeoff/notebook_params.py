@@ -89,3 +89,41 @@ def bench_ready(
         f"Showing the {len(runs)} saved run(s) of cell `{cell_id}`; nothing is re-measured "
         "(set `measure = True` to launch the server and replace them).",
     )
+
+
+def compare_ready(campaign_dir: str) -> Verdict:
+    """Check compare.ipynb's one parameter: a campaign folder with at least one saved run."""
+    if not campaign_dir:
+        return Verdict(
+            False,
+            "**Nothing to compare yet.** Set `campaign_dir` in the parameters cell to a campaign folder "
+            "(`reports/NAME`, written by `bakeoff campaign run`) and run the notebook again; "
+            "`bakeoff report reports/NAME` renders the same comparison to HTML.",
+        )
+    campaign = Path(campaign_dir).expanduser().resolve()
+    if not (campaign / CAMPAIGN_COPY).is_file():
+        return Verdict(
+            False,
+            f"**`campaign_dir` = `{campaign}` is not a campaign folder** (no `{CAMPAIGN_COPY}` in it). "
+            "Point it at `reports/NAME` as written by `bakeoff campaign run`.",
+        )
+    if not any(_saved_runs(campaign / "cells" / cell) for cell in _cells(campaign)):
+        return Verdict(False, f"**No saved runs in `{campaign}` yet.** Run `bakeoff campaign run` for it first.")
+    return Verdict(True, "")
+
+
+class NotebookStop(Exception):
+    """Ends a notebook's run quietly after it said what to set (no traceback in Jupyter)."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook: render nothing
+        return []
+
+
+def stop_unless(verdict: Verdict) -> None:
+    """Show the verdict's message and stop the notebook (Run All too) when it is not ready."""
+    from IPython.display import Markdown, display
+
+    if verdict.message:
+        display(Markdown(verdict.message))  # type: ignore[no-untyped-call]
+    if not verdict.ready:
+        raise NotebookStop(verdict.message)

@@ -11,10 +11,13 @@ only on a terminal, never in CI logs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -36,9 +39,33 @@ def interactive(stream: TextIO | None = None) -> bool:
     return stream.isatty() and not os.environ.get("CI")
 
 
-def bar(total: int | None, label: str, unit: str = "it") -> tqdm:
+def bar(total: int | None, label: str, unit: str = "it", stream: TextIO | None = None) -> tqdm:
     """A progress bar for long work (requests, builds) that stays silent off a terminal."""
-    return tqdm(total=total, desc=label, unit=unit, disable=not interactive(), leave=False, mininterval=0.5)
+    return tqdm(
+        total=total, desc=label, unit=unit, disable=not interactive(stream), leave=False, mininterval=0.5, file=stream
+    )
+
+
+@contextlib.contextmanager
+def working(label: str, stream: TextIO | None = None) -> Iterator[None]:
+    """Elapsed time, live, for one long step with no count to show (an image pull, an engine build)."""
+    with bar(None, label, unit="s", stream=stream) as shown:
+        if shown.disable:
+            yield
+            return
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(0.5):
+                shown.refresh()
+
+        ticker = threading.Thread(target=tick, name="bakeoff-progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
 
 
 @dataclass(frozen=True)

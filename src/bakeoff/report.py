@@ -91,6 +91,7 @@ def _row(cell: dict[str, Any], summary: RunSummary) -> dict[str, Any]:
         "coalesced_share": summary.chunking.share,
         "chunking_warning": summary.chunking.warning,
         "window_warning": summary.window.warning if summary.window else None,
+        "unsupported_figures": metric_table.unsupported_figures(summary),
     }
 
 
@@ -128,8 +129,14 @@ def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     cols = {"server": "server", "workload": "workload", "run": "run", "ok": "ok", "failed": "failed"}
     cols.update(metric_table.headline_columns())
-    table = frame[list(cols)].rename(columns=cols)
-    return table.dropna(axis=1, how="all").round(2)
+    table = frame[list(cols)].round(2).astype(object)
+    if "unsupported_figures" in frame:
+        # A percentile the sample cannot support is shown as such, never as a number.
+        for index, marks in frame["unsupported_figures"].items():
+            for column, why in (marks or {}).items():
+                if column in table.columns:
+                    table.at[index, column] = why
+    return table.rename(columns=cols).dropna(axis=1, how="all")
 
 
 def effort_table(campaign_dir: Path) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from bakeoff.traces.rows import reuse_share
 
 Mode = Literal["closed", "open", "sessions"]
 PLAN_INDEX = "index.json"
+PLAN_INPUTS = "inputs.json"
 
 
 @dataclass
@@ -337,21 +338,45 @@ def longest_request(wl: Workload) -> int:
     return max(wl.long_input_len + wl.long_output_len, wl.short_input_len + wl.short_output_len)
 
 
-def save_plans(plans: list[RunPlan], folder: Path) -> None:
+def plan_inputs(wl: Workload, tokenizer_file: Path | None, context_limit: int | None) -> dict[str, Any]:
+    """What a plan depends on beyond its workload spec: a change to any of these re-plans.
+
+    The tokenizer decides every prompt's tokens; the context limit decides what a trace
+    clips; a trace's rows live in its file, not in the spec.
+    """
+    import hashlib
+
+    def digest(path: Path | None) -> str | None:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None and path.is_file() else None
+
+    inputs: dict[str, Any] = {"tokenizer_sha256": digest(tokenizer_file), "context_limit": context_limit}
+    if isinstance(wl, Trace):
+        from bakeoff.traces.loading import resolve_trace_path
+
+        inputs["trace_sha256"] = digest(resolve_trace_path(wl.path))
+    return inputs
+
+
+def save_plans(plans: list[RunPlan], folder: Path, inputs: dict[str, Any] | None = None) -> None:
     from bakeoff.store import atomic_write_bytes
 
     folder.mkdir(parents=True, exist_ok=True)
     for plan in plans:
         atomic_write_bytes(folder / f"{plan.name}.json", plan.to_json())
-    # The index keeps run order (c1, c4, c16), which file names sort wrongly.
+    atomic_write_bytes(folder / PLAN_INPUTS, orjson.dumps(inputs or {}))
+    # The index keeps run order (c1, c4, c16), which file names sort wrongly; written last, it marks completion.
     atomic_write_bytes(folder / PLAN_INDEX, orjson.dumps([p.name for p in plans]))
 
 
-def plans_match(folder: Path, workload: dict[str, Any]) -> bool:
-    """True when ``folder`` holds plans made from exactly this workload spec."""
+def plans_match(folder: Path, workload: dict[str, Any], inputs: dict[str, Any] | None = None) -> bool:
+    """True when ``folder`` holds plans made from exactly this workload spec and these inputs."""
     index = folder / PLAN_INDEX
     if not index.is_file():
         return False
+    if inputs is not None:
+        saved = folder / PLAN_INPUTS
+        if not saved.is_file() or orjson.loads(saved.read_bytes()) != inputs:
+            return False
     first = orjson.loads(index.read_bytes())[0]
     return bool(orjson.loads((folder / f"{first}.json").read_bytes())["workload"] == workload)
 
