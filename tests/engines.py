@@ -10,7 +10,8 @@ reaches a server they started themselves: the shipped campaign, copied with each
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,31 @@ def vllm_cpu(model: Path, knobs: dict[str, KnobValue], served_name: str, run_dir
     # The real engine's teardown: API server and engine core both gone (a failure here is
     # reported as an error at the teardown of the last test that used the engine).
     assert not {p: cmd for p in engine.pids if (cmd := survivor(p))}
+
+
+@contextlib.contextmanager
+def vllm_cpu_together(
+    model: Path, knobs: Sequence[dict[str, KnobValue]], served_name: str, run_dir: Path
+) -> Iterator[list[Engine]]:
+    """Several engines on one model, started at the same time: a start is mostly one busy
+    thread (imports, weights, warm-up), so two starts overlap on two cores.
+
+    The threads that start them stay alive until the engines are stopped: the launcher asks
+    the kernel to SIGTERM a server when the thread that forked it exits (PR_SET_PDEATHSIG).
+    """
+    starts = [vllm_cpu(model, k, served_name, run_dir / f"engine{i}") for i, k in enumerate(knobs)]
+    with ThreadPoolExecutor(len(starts)) as pool, contextlib.ExitStack() as stack:
+        futures = [pool.submit(start.__enter__) for start in starts]
+        engines, failed = [], []
+        for start, future in zip(starts, futures, strict=True):
+            try:
+                engines.append(future.result())
+                stack.push(start)  # stopped on the way out, whichever start failed
+            except BaseException as exc:  # re-raised below, once every start is accounted for
+                failed.append(exc)
+        if failed:
+            raise failed[0]
+        yield engines
 
 
 def campaign_against(path: Path, engines: Mapping[str, Engine], dest: Path, *, repeats: int = 1) -> Path:

@@ -21,7 +21,7 @@ from bakeoff.results import RunSummary
 from bakeoff.specs import Trace, load_campaign
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.rows import reuse_share
-from engines import Engine, campaign_against, vllm_cpu
+from engines import Engine, campaign_against, vllm_cpu_together
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -33,11 +33,10 @@ TRACE = REPO / "campaigns" / "cpu-trace.yaml"
 def prefix_pair(small_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
     """prefix-on and prefix-off as cpu-multiturn.yaml configures them (cpu-trace.yaml must agree)."""
     spec = load_campaign(MULTITURN)
-    with (
-        vllm_cpu(small_model, spec.servers[0].knobs, spec.model.served_name, tmp_path_factory.mktemp("on")) as first,
-        vllm_cpu(small_model, spec.servers[1].knobs, spec.model.served_name, tmp_path_factory.mktemp("off")) as second,
-    ):
-        yield {spec.servers[0].label: first, spec.servers[1].label: second}
+    knobs = [server.knobs for server in spec.servers]
+    run_dir = tmp_path_factory.mktemp("prefix-pair")
+    with vllm_cpu_together(small_model, knobs, spec.model.served_name, run_dir) as engines:
+        yield {server.label: engine for server, engine in zip(spec.servers, engines, strict=True)}
 
 
 def summaries_by_server(out: Path) -> dict[str, RunSummary]:

