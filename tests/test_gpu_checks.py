@@ -128,6 +128,7 @@ def _campaign(servers: list[dict[str, Any]], **model: Any) -> CampaignSpec:
         {
             "name": "t",
             "gpu": True,
+            "repeats": 1,
             "model": {"path": "/models/llama-7b", "context_len": 4096, **model},
             "servers": servers,
             "workloads": [{"kind": "concurrency", "levels": [1], "input_len": 16, "output_len": 8}],

@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     sched.add_argument("--at", default="03:00", help="time of day for daily and weekly runs (HH:MM, default 03:00)")
     sched.add_argument("--weekday", default="Mon", help="day of weekly runs (Mon..Sun, default Mon)")
     sched.add_argument("--workdir", default="/opt/bakeoff", help="the checkout on the machine that runs it")
-    sched.add_argument("--out", type=Path, help="write the files under this folder instead of printing them")
+    sched.add_argument(
+        "--out", type=Path, help="write the files under this folder instead of printing them (default: print)"
+    )
 
     backends = sub.add_parser("backends", help="list backends or show a rendered launch")
     back_sub = backends.add_subparsers(dest="backends_command", required=True)

@@ -19,11 +19,18 @@ HISTORY_DIR_HELP = "where archives and the index live (default: $BAKEOFF_HISTORY
 
 def add_history_commands(sub: Any) -> None:
     history = sub.add_parser("history", help="list archived runs, or query the history index with SQL")
-    history.add_argument("--campaign", help="only this campaign")
-    history.add_argument("--server", help="only this server label")
-    history.add_argument("--metric", help="add this metric's value and interval, e.g. tpot_ms_p50")
-    history.add_argument("--sql", help="a read-only SQL query over the tables archives, runs, metrics, quality, ...")
-    history.add_argument("--add", type=Path, metavar="CAMPAIGN_DIR", help="archive a campaign folder's runs first")
+    history.add_argument("--campaign", help="only this campaign (default: every campaign)")
+    history.add_argument("--server", help="only this server label (default: every server)")
+    history.add_argument(
+        "--metric", help="add this metric's value and interval, e.g. tpot_ms_p50 (default: the headline metrics)"
+    )
+    history.add_argument(
+        "--sql",
+        help="a read-only SQL query over the tables archives, runs, metrics, quality, ... (default: list runs instead)",
+    )
+    history.add_argument(
+        "--add", type=Path, metavar="CAMPAIGN_DIR", help="archive a campaign folder's runs first (default: none)"
+    )
     history.add_argument("--rebuild", action="store_true", help="rebuild the index from the archives first")
     history.add_argument("--history-dir", type=Path, help=HISTORY_DIR_HELP)
 
@@ -42,9 +49,9 @@ def add_history_commands(sub: Any) -> None:
     compare.add_argument(
         "--baseline",
         help="what to judge against: a campaign folder, archive or run folder; 'baseline' or nothing: the baseline "
-        "marked per server with 'bakeoff baseline set'",
+        "marked per server with 'bakeoff baseline set' (default: the marked baseline)",
     )
-    compare.add_argument("--json", type=Path, help="also write the verdicts as JSON to this file")
+    compare.add_argument("--json", type=Path, help="also write the verdicts as JSON to this file (default: no file)")
     compare.add_argument("--history-dir", type=Path, help=HISTORY_DIR_HELP)
 
     trend = sub.add_parser("trend", help="render the trend report: each metric over time per server and version")

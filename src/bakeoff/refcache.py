@@ -63,6 +63,7 @@ class Counters:
     cache: PrefixCache
     running: int = 0
     waiting: int = 0  # the reference server never queues, but every framework exports it
+    preemptions: int = 0  # nor does it run out of KV cache and preempt; exported all the same
     requests: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0

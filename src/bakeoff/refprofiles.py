@@ -143,6 +143,8 @@ class VllmProfile(WireProfile):
                 ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", lab, c.prompt_tokens),
                 ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", lab,
                  c.generation_tokens),
+                ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", lab,
+                 c.preemptions),
                 ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
                  lab + ',finished_reason="length"', c.requests),
             ]
@@ -246,6 +248,8 @@ class SglangProfile(WireProfile):
                  c.generation_tokens),
                 ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", lab, c.cache_hits),
                 ("sglang:num_requests_total", "counter", "Number of requests processed.", lab, c.requests),
+                ("sglang:num_retracted_requests_total", "counter", "Number of retracted requests.", lab,
+                 c.preemptions),
             ]
         )  # fmt: skip
 
