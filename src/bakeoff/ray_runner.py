@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -131,21 +129,12 @@ def node_facts() -> dict[str, Any]:
             facts["gpu_type"] = labels[0] if labels else None
     except ImportError:
         pass
-    if shutil.which("nvidia-smi"):
-        try:
-            done = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            )
-            first = done.stdout.strip().splitlines()[0].split(",") if done.returncode == 0 and done.stdout else []
-            if len(first) == 2:
-                facts["gpu_type"] = facts["gpu_type"] or first[0].strip()
-                facts["gpu_driver"] = first[1].strip()
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    from bakeoff.origin import gpus
+
+    found = gpus()  # (name, driver) per GPU nvidia-smi lists on this node
+    if found:
+        facts["gpu_type"] = facts["gpu_type"] or found[0][0]
+        facts["gpu_driver"] = found[0][1]
     return facts
 
 
