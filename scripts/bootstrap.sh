@@ -22,7 +22,8 @@ fresh() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
 harness() {
   local venv=.venv want
-  want=$(stamp_of pyproject.toml constraints.txt)
+  # The script itself is an input: the extras it installs are written here.
+  want=$(stamp_of pyproject.toml constraints.txt scripts/bootstrap.sh)
   fresh "$venv/.bakeoff-requirements" "$want" && return 0
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
   log "installing the harness into $venv (first run takes a few minutes)"
