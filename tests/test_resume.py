@@ -220,10 +220,9 @@ def test_a_server_that_dies_ends_the_run_at_once_with_the_evidence(tmp_path: Pat
     assert died == caught.value.verdict and died["how"] == "port closed"
     # The 30th request killed it; up to 3 more were in flight with it (concurrency 4).
     assert died["requests_finished"] == summary["requests"]["ok"] and 26 <= died["requests_finished"] <= 29
-    # Far fewer failures than the 171 requests left: the rest of the plan was never sent. Against a
-    # URL (no pid to watch) the port probe answers within a few hundred ms, in which, on two loaded
-    # cores, a few dozen instant connect failures still go out.
-    assert died["requests_not_sent"] > 50
+    # Far fewer failures than the 171 requests left: the rest of the plan was never sent (a loopback
+    # URL is probed inline at the first refused connect, so no burst of them goes out first).
+    assert died["requests_not_sent"] > 100
     assert summary["requests"]["failed"] == died["stream_cuts"] + died["connect_failures"]
     assert read_json(tmp_path / "run.json")["server_died"] == died
 

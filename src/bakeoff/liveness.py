@@ -234,4 +234,13 @@ def watch_for(handle: ServerHandle) -> DeathWatch:
     runtime = handle.extra.get("runtime")
     if handle.kind == "container" and handle.container_id and isinstance(runtime, str):
         return DeathWatch(container_probe(runtime, handle.container_id), poll=True, log_path=handle.log_path)
-    return DeathWatch(port_probe(handle.base_url), log_path=handle.log_path)
+    return url_watch(handle.base_url, handle.log_path)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def url_watch(base_url: str, log_path: Path | None = None) -> DeathWatch:
+    """A watch by port probes: asked inline on loopback, where a refused connect is one system call."""
+    inline = (urlsplit(base_url).hostname or "") in LOOPBACK
+    return DeathWatch(port_probe(base_url), inline=inline, log_path=log_path)

@@ -29,7 +29,7 @@ from bakeoff.backends import BackendSpec
 from bakeoff.client import ClientSettings, StreamingClient
 from bakeoff.engine_env import engine_versions
 from bakeoff.errors import ServerDiedError
-from bakeoff.liveness import DeathWatch, port_probe
+from bakeoff.liveness import DeathWatch, url_watch
 from bakeoff.loadgen import run_plan
 from bakeoff.metrics import WindowTargets, summarize
 from bakeoff.multiload import Spreader
@@ -229,7 +229,7 @@ def execute_plan(
 
     started = dt.datetime.now(dt.UTC).isoformat()
     interrupted = False
-    watch = target.watch() if target.watch is not None else DeathWatch(port_probe(base_url))
+    watch = target.watch() if target.watch is not None else url_watch(base_url)
     spreader = Spreader(target.client_processes)
     with RecordJournal(run_dir / RECORDS_JOURNAL) as journal:
         try:
