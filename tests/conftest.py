@@ -9,6 +9,8 @@ import pytest
 
 from bakeoff.modelgen import model_is_ready
 from bakeoff.paths import models_dir
+from bakeoff.prompts import PromptFactory, load_tokenizer
+from bakeoff.workloads import PlanBuilder
 from engines import TINY_KNOBS, Engine, vllm_cpu
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,3 +49,9 @@ def vllm_tiny(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """One vLLM-CPU server on the tiny model for the session, served as campaigns name it."""
     with vllm_cpu(tiny_model, TINY_KNOBS, "bakeoff-tiny", tmp_path_factory.mktemp("vllm-tiny")) as engine:
         yield engine
+
+
+@pytest.fixture(scope="module")
+def builder(tiny_model: Path) -> PlanBuilder:
+    """Plans with the tiny model's tokenizer (exact prompt lengths)."""
+    return PlanBuilder(PromptFactory(load_tokenizer(tiny_model)))

@@ -6,31 +6,14 @@ import asyncio
 from itertools import pairwise
 from pathlib import Path
 
-import pytest
-
 from bakeoff.client import ClientSettings, StreamingClient
 from bakeoff.loadgen import run_plan
 from bakeoff.metrics import summarize
-from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.records import RequestRecord
 from bakeoff.refserver import serve_reference
 from bakeoff.specs import ConcurrencySweep, MultiTurn, OpenLoop
-from bakeoff.workloads import PlanBuilder, RunPlan
-
-MODEL = "bakeoff-ref"
-
-
-@pytest.fixture(scope="module")
-def builder(tiny_model: Path) -> PlanBuilder:
-    return PlanBuilder(PromptFactory(load_tokenizer(tiny_model)))
-
-
-def drive(base_url: str, plan: RunPlan) -> list[RequestRecord]:
-    async def main() -> list[RequestRecord]:
-        async with StreamingClient(ClientSettings(base_url=base_url, model=MODEL)) as client:
-            return await run_plan(client, plan, lambda r: None, show_progress=False)
-
-    return asyncio.run(main())
+from bakeoff.workloads import PlanBuilder
+from refload import MODEL, drive
 
 
 def test_open_loop_sends_on_schedule_regardless_of_completions(builder: PlanBuilder) -> None:

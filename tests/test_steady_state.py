@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 
-from bakeoff.client import ClientSettings, StreamingClient
-from bakeoff.loadgen import run_plan
 from bakeoff.metric_table import ttft_from_send_ms, ttft_ms
 from bakeoff.metrics import WindowTargets, summarize
-from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.records import RequestRecord
 from bakeoff.refserver import serve_reference
 from bakeoff.specs import ConcurrencySweep, OpenLoop
-from bakeoff.workloads import PlanBuilder, RunPlan
-
-MODEL = "bakeoff-ref"
-
-
-@pytest.fixture(scope="module")
-def builder(tiny_model: Path) -> PlanBuilder:
-    return PlanBuilder(PromptFactory(load_tokenizer(tiny_model)))
-
-
-def drive(base_url: str, plan: RunPlan) -> list[RequestRecord]:
-    async def main() -> list[RequestRecord]:
-        async with StreamingClient(ClientSettings(base_url=base_url, model=MODEL)) as client:
-            return await run_plan(client, plan, lambda r: None, show_progress=False)
-
-    return asyncio.run(main())
+from bakeoff.workloads import PlanBuilder
+from refload import drive
 
 
 def test_closed_loop_at_16_spreads_its_starts_and_measures_only_the_steady_state(builder: PlanBuilder) -> None:

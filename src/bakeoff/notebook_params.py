@@ -51,18 +51,10 @@ def _choices(campaign: Path) -> str:
     return f"Its cells:\n{listed}"
 
 
-def bench_ready(
-    campaign_dir: str, server_label: str, workload_name: str, *, measure: bool, repeat: int = 1
-) -> Verdict:
-    """Check bench.ipynb's parameters against the campaign folder; never starts anything."""
+def _campaign_folder(campaign_dir: str, unset: str) -> Path | Verdict:
+    """The campaign folder a notebook parameter names, or the verdict saying what to set."""
     if not campaign_dir:
-        return Verdict(
-            False,
-            "**Nothing to show yet.** Set `campaign_dir` in the parameters cell to a campaign folder "
-            "(`reports/NAME`, written by `bakeoff campaign run`), and `server_label` and `workload_name` "
-            "to one of its cells, then run the notebook again. It shows that cell's saved runs; "
-            "`measure = True` re-measures the cell instead (launches its server, replaces its runs).",
-        )
+        return Verdict(False, unset)
     campaign = Path(campaign_dir).expanduser().resolve()
     if not (campaign / CAMPAIGN_COPY).is_file():
         return Verdict(
@@ -70,6 +62,22 @@ def bench_ready(
             f"**`campaign_dir` = `{campaign}` is not a campaign folder** (no `{CAMPAIGN_COPY}` in it). "
             "Point it at `reports/NAME` as written by `bakeoff campaign run`.",
         )
+    return campaign
+
+
+def bench_ready(
+    campaign_dir: str, server_label: str, workload_name: str, *, measure: bool, repeat: int = 1
+) -> Verdict:
+    """Check bench.ipynb's parameters against the campaign folder; never starts anything."""
+    campaign = _campaign_folder(
+        campaign_dir,
+        "**Nothing to show yet.** Set `campaign_dir` in the parameters cell to a campaign folder "
+        "(`reports/NAME`, written by `bakeoff campaign run`), and `server_label` and `workload_name` "
+        "to one of its cells, then run the notebook again. It shows that cell's saved runs; "
+        "`measure = True` re-measures the cell instead (launches its server, replaces its runs).",
+    )
+    if isinstance(campaign, Verdict):
+        return campaign
     if not server_label or not workload_name:
         return Verdict(
             False, f"**Set `server_label` and `workload_name`** to one cell of `{campaign}`. " + _choices(campaign)
@@ -93,20 +101,14 @@ def bench_ready(
 
 def compare_ready(campaign_dir: str) -> Verdict:
     """Check compare.ipynb's one parameter: a campaign folder with at least one saved run."""
-    if not campaign_dir:
-        return Verdict(
-            False,
-            "**Nothing to compare yet.** Set `campaign_dir` in the parameters cell to a campaign folder "
-            "(`reports/NAME`, written by `bakeoff campaign run`) and run the notebook again; "
-            "`bakeoff report reports/NAME` renders the same comparison to HTML.",
-        )
-    campaign = Path(campaign_dir).expanduser().resolve()
-    if not (campaign / CAMPAIGN_COPY).is_file():
-        return Verdict(
-            False,
-            f"**`campaign_dir` = `{campaign}` is not a campaign folder** (no `{CAMPAIGN_COPY}` in it). "
-            "Point it at `reports/NAME` as written by `bakeoff campaign run`.",
-        )
+    campaign = _campaign_folder(
+        campaign_dir,
+        "**Nothing to compare yet.** Set `campaign_dir` in the parameters cell to a campaign folder "
+        "(`reports/NAME`, written by `bakeoff campaign run`) and run the notebook again; "
+        "`bakeoff report reports/NAME` renders the same comparison to HTML.",
+    )
+    if isinstance(campaign, Verdict):
+        return campaign
     if not any(_saved_runs(campaign / "cells" / cell) for cell in _cells(campaign)):
         return Verdict(False, f"**No saved runs in `{campaign}` yet.** Run `bakeoff campaign run` for it first.")
     return Verdict(True, "")

@@ -61,7 +61,7 @@ from typing import Any, ClassVar, Literal, get_args
 from aiohttp import web
 
 from bakeoff.reftrtllm import TrtllmProfile
-from bakeoff.refwire import Handler, Served, WireProfile, exposition, json_response, sse
+from bakeoff.refwire import Handler, Served, WireProfile, exposition, json_response, sse, usage_info
 
 ProfileName = Literal["generic", "vllm", "sglang", "trtllm"]
 PROFILES: tuple[str, ...] = get_args(ProfileName)
@@ -103,12 +103,7 @@ class VllmProfile(WireProfile):
         return json_response({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
 
     def usage(self, prompt: int, completion: int, cached: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": prompt,
-            "total_tokens": prompt + completion,
-            "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
+        return usage_info(prompt, completion, cached)
 
     def opening(self, head: dict[str, Any], *, chat: bool, role_chunk: bool, no_content_key: bool) -> bytes:
         if not chat:

@@ -22,7 +22,7 @@ import orjson
 from aiohttp import web
 
 from bakeoff.refcache import KV_CAPACITY_BLOCKS, Counters
-from bakeoff.refwire import Handler, Served, WireProfile, exposition, json_response
+from bakeoff.refwire import Handler, Served, WireProfile, exposition, json_response, usage_info
 
 _SAMPLING = frozenset(
     {
@@ -126,12 +126,7 @@ class TrtllmProfile(WireProfile):
         return json_response(body, status)
 
     def usage(self, prompt: int, completion: int, cached: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": prompt,
-            "total_tokens": prompt + completion,
-            "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
+        return usage_info(prompt, completion, cached)
 
     def opening(self, head: dict[str, Any], *, chat: bool, role_chunk: bool, no_content_key: bool) -> bytes:
         if not chat:

@@ -146,3 +146,13 @@ class WireProfile:
 
     def on_finish(self, counters: Counters) -> None:
         """A request left the engine."""
+
+
+def usage_info(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    """``usage`` in the field order of vLLM's and TensorRT-LLM's ``UsageInfo`` models."""
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
