@@ -23,31 +23,50 @@ def server_palette(servers: Iterable[str]) -> dict[str, Any]:
 
 
 def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, Any], labels: Mapping[str, str]) -> Any:
-    """The telemetry series of one workload: a panel per metric, a column per load level, a line per server."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    """The telemetry series of one workload: a row per metric, a column per load level, a line per run.
 
-    data = series[series["workload"] == workload].copy()
-    data["metric"] = data["metric"].map(lambda m: labels.get(m, m))
-    order = [labels[m] for m in labels if labels[m] in set(data["metric"])]
-    levels = sorted(data["level"].dropna().unique())
-    grid = sns.relplot(
-        data=data,
-        x="t_s",
-        y="value",
-        hue="server",
-        palette=dict(palette),
-        row="metric",
-        row_order=order,
-        col="level",
-        col_order=levels,
-        kind="line",
-        height=1.9,
-        aspect=2.0,
-        facet_kws={"sharey": "row", "sharex": False, "margin_titles": True},
-    )
-    grid.set_axis_labels("seconds into the measured window", "")
-    grid.set_titles(row_template="{row_name}", col_template="level {col_name}")
-    grid.figure.suptitle(f"{workload}: server telemetry over the measured window (about 1 sample / s)", y=1.01)
-    plt.close(grid.figure)
-    return grid.figure
+    Each repeat is its own thin line in its server's colour, so the spread between repeats
+    shows as it is instead of as a band. Plain matplotlib rather than a seaborn facet grid:
+    a sweep of five levels and seven metrics is 35 panels, whose per-panel tight layout took
+    seaborn about 9 s per figure here (``benchmarks/report_render.py``).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    data = series[series["workload"] == workload]
+    # A metric that stayed 0 throughout (no queue, no preemptions) is named in the title, not drawn.
+    nonzero = data.groupby("metric")["value"].apply(lambda v: bool((v != 0).any()))
+    metrics = [m for m in labels if nonzero.get(m, False)]
+    flat = [labels[m] for m in labels if m in nonzero.index and not nonzero[m]]
+    data = data[data["metric"].isin(metrics)]
+    # A trace replay has neither concurrency nor rate: its runs share one column.
+    level = data["level"].astype(object).where(data["level"].notna(), "all")
+    levels = sorted(level.unique(), key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0))
+    rows, cols = max(len(metrics), 1), max(len(levels), 1)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.5 + 3.4 * cols, 0.9 + 1.7 * rows), sharey="row", squeeze=False)
+    for (metric, lvl, server, _run), part in data.assign(level=level).groupby(
+        ["metric", "level", "server", "run"], sort=False
+    ):
+        ax = axes[metrics.index(str(metric))][levels.index(lvl)]
+        # A run with one sample in this window still shows, as a dot.
+        colour = palette.get(str(server))
+        ax.plot(part["t_s"], part["value"], color=colour, linewidth=1.1, alpha=0.85, marker="o", markersize=2)
+    for i, metric in enumerate(metrics):
+        axes[i][0].set_ylabel(labels[metric].replace(" (", "\n("), fontsize=8)
+    for j, lvl in enumerate(levels):
+        axes[0][j].set_title(f"level {lvl:g}" if isinstance(lvl, float | int) else "all requests", fontsize=9)
+        axes[-1][j].set_xlabel("seconds into the measured window", fontsize=8)
+    for ax in axes.flat:
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.yaxis.set_major_locator(MaxNLocator(4))
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    servers = sorted(set(data["server"]))
+    handles = [Line2D([], [], color=palette.get(s), linewidth=2) for s in servers]
+    fig.legend(handles, servers, loc="upper right", fontsize=8, frameon=False)
+    title = f"{workload}: server telemetry over the measured window (about 1 sample / s)"
+    fig.suptitle(title + (f"\n0 throughout: {', '.join(flat)}" if flat else ""), x=0.02, ha="left", fontsize=10)
+    fig.subplots_adjust(left=0.1 if cols == 1 else 0.06, right=0.98, top=1 - 0.9 / (0.9 + 1.7 * rows), hspace=0.35)
+    plt.close(fig)
+    return fig
