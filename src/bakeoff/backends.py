@@ -79,6 +79,7 @@ KNOB_VOCABULARY: dict[str, str] = {
     "threads": "CPU threads used for compute (CPU backends)",
     "num_speculative_tokens": "tokens proposed per speculative step (with speculative set)",
     "dtype": "weight and activation precision (auto = the checkpoint's)",
+    "enforce_eager": "no graph compilation or CUDA graphs: quicker starts, slower steps",
 }
 
 # The backends that ship with bakeoff (bakeoff.paths resolves them for every kind of install).
