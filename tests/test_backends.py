@@ -921,3 +921,31 @@ def test_a_fill_knob_has_no_target_of_its_own_and_fills_a_mapped_knob() -> None:
     del vllm["knobs"]["speculative"]
     with pytest.raises(ValueError, match="fills 'speculative', which this backend does not map"):
         BackendSpec.model_validate(vllm)
+
+
+# --- eager mode -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("vllm", ["--enforce-eager"]),
+        ("vllm-cpu", ["--enforce-eager"]),
+        ("vllm-cpu-container", ["--enforce-eager"]),
+        ("sglang", ["--disable-cuda-graph"]),
+    ],
+)
+def test_enforce_eager_renders_each_frameworks_switch_and_nothing_when_off(name: str, words: list[str]) -> None:
+    on, off = _render(name, {"enforce_eager": True}), _render(name, {"enforce_eager": False})
+    assert " ".join(words) in " ".join(on.argv)
+    assert not set(words) & set(off.argv)
+    assert on.non_default == {"enforce_eager": True} and off.non_default == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "why"), [("trtllm", "cuda_graph_config"), ("trtllm-engine", "ahead of time"), ("llamacpp", "no graph")]
+)
+def test_enforce_eager_is_refused_where_there_is_no_eager_switch(name: str, why: str) -> None:
+    with pytest.raises(KnobError) as err:
+        _render(name, {"enforce_eager": True})
+    assert f"'{name}'" in str(err.value) and why in str(err.value)

@@ -479,3 +479,16 @@ def test_report_tables_and_figure_for_a_trace_replay(replay: Replay) -> None:
     assert offered_line.get_label() == "offered"
     width = offered_line.get_xdata()[1] - offered_line.get_xdata()[0]
     assert sum(offered_line.get_ydata()) * width == pytest.approx(REPLAYED)
+
+
+def test_a_shipped_trace_is_found_by_its_traces_path_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bakeoff.paths import shipped
+    from bakeoff.traces.loading import resolve_trace_path
+
+    monkeypatch.chdir(tmp_path)
+    found = resolve_trace_path(Path("traces/mooncake-sample.jsonl"))
+    assert found == (shipped("traces") / "mooncake-sample.jsonl").resolve()
+    with pytest.raises(SpecError, match=r"traces/nowhere\.jsonl not found"):
+        resolve_trace_path(Path("traces/nowhere.jsonl"))

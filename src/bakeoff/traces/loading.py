@@ -17,17 +17,18 @@ from pathlib import Path
 import orjson
 
 from bakeoff.errors import SpecError
+from bakeoff.paths import shipped
 from bakeoff.specs import Trace
 from bakeoff.traces.formats import Parsed, parse_azure, parse_bakeoff, parse_burstgpt, parse_mooncake
 from bakeoff.traces.rows import LoadedTrace
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 _PARSE_OPTIONS = {"format", "block_size", "models", "log_types", "start_s", "duration_s"}
 
 
 def resolve_trace_path(path: Path) -> Path:
-    """An existing trace file: as given, else relative to the repository (the shipped traces)."""
-    candidates = [path] if path.is_absolute() else [Path.cwd() / path, REPO_ROOT / path]
+    """An existing trace file: as given, else among the shipped ones (``traces/NAME``, in a
+    checkout or an installed wheel alike: :func:`bakeoff.paths.shipped`)."""
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path, shipped("traces").parent / path]
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
