@@ -4,7 +4,7 @@ Dying during start-up, and leaving no process behind on any exit path, are bakeo
 behaviour, not an engine's: a shell line that forks a child and exits (or stays up behind
 the reference server) exercises them in a second where a real vLLM-CPU start takes a
 minute. The real engine's own teardown (API server plus engine core) is still checked by
-the ``vllm_tiny`` fixture (tests/conftest.py, tests/engines.py).
+the ``small_engines`` fixture (tests/conftest.py, tests/engines.py).
 """
 
 from __future__ import annotations

@@ -9,17 +9,12 @@ it saw into the DOM, which ``--dump-dom`` prints.
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from bakeoff.campaign import run_campaign
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from browser import CHROMIUM, open_in_chromium
 
 BACKEND = """\
 name: refvllm-{label}
@@ -39,26 +34,6 @@ metrics:
 cache_reset: {kind: none}
 """
 
-CHECK = """<script>
-window.__seen = {errors: []};
-const original = console.error;
-console.error = (...args) => { window.__seen.errors.push(args.join(' ')); original(...args); };
-window.addEventListener('error', e => window.__seen.errors.push('uncaught: ' + (e.message || e.target.src)), true);
-window.addEventListener('load', () => {
-  const images = Array.from(document.images);
-  const result = {
-    errors: window.__seen.errors,
-    images: images.length,
-    undecoded: images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 60)),
-    fetched: performance.getEntriesByType('resource').map(r => r.name).filter(n => !/^(data|blob|file):/.test(n)),
-    headings: Array.from(document.querySelectorAll('h1, h2, h3')).map(h => h.textContent.trim()),
-  };
-  const out = document.createElement('pre');
-  out.id = 'bakeoff-check';
-  out.textContent = JSON.stringify(result);
-  document.body.appendChild(out);
-});
-</script>"""
 
 
 def campaign(model: Path) -> str:
@@ -77,31 +52,6 @@ measure_warm_restart: false
 """
 
 
-def open_in_chromium(html: Path, tmp_path: Path) -> dict[str, object]:
-    page = tmp_path / "checked.html"
-    text = html.read_text()
-    page.write_text(re.sub(r"<head>", "<head>" + CHECK, text, count=1))
-    argv = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--host-resolver-rules=MAP * ~NOTFOUND",  # a request to the network would fail, and show
-        "--virtual-time-budget=10000",
-        "--dump-dom",
-        page.as_uri(),
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    found = re.search(r'<pre id="bakeoff-check">(.*?)</pre>', done.stdout, flags=re.S)
-    assert found, f"no check result from Chromium: {done.stderr[-2000:]}"
-    result: dict[str, object] = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    return result
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")

@@ -1,0 +1,65 @@
+"""The rendered report as headless Chromium sees it, with the network cut off.
+
+A script put first into the page's head records console errors, uncaught errors and every
+resource fetched; on ``load`` it writes what it saw, with the images and headings, into the
+DOM, which ``--dump-dom`` prints. Used by tests/test_report_browser.py (a reference-server
+campaign) and tests/test_e2e_container.py (a real-engine campaign).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+CHECK = """<script>
+window.__seen = {errors: []};
+const original = console.error;
+console.error = (...args) => { window.__seen.errors.push(args.join(' ')); original(...args); };
+window.addEventListener('error', e => window.__seen.errors.push('uncaught: ' + (e.message || e.target.src)), true);
+window.addEventListener('load', () => {
+  const images = Array.from(document.images);
+  const result = {
+    errors: window.__seen.errors,
+    images: images.length,
+    undecoded: images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 60)),
+    fetched: performance.getEntriesByType('resource').map(r => r.name).filter(n => !/^(data|blob|file):/.test(n)),
+    headings: Array.from(document.querySelectorAll('h1, h2, h3')).map(h => h.textContent.trim()),
+  };
+  const out = document.createElement('pre');
+  out.id = 'bakeoff-check';
+  out.textContent = JSON.stringify(result);
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def open_in_chromium(html: Path, tmp_path: Path) -> dict[str, object]:
+    page = tmp_path / "checked.html"
+    text = html.read_text()
+    page.write_text(re.sub(r"<head>", "<head>" + CHECK, text, count=1))
+    argv = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # a request to the network would fail, and show
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    found = re.search(r'<pre id="bakeoff-check">(.*?)</pre>', done.stdout, flags=re.S)
+    assert found, f"no check result from Chromium: {done.stderr[-2000:]}"
+    result: dict[str, object] = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return result
