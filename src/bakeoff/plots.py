@@ -27,8 +27,9 @@ def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, 
 
     Each repeat is its own thin line in its server's colour, so the spread between repeats
     shows as it is instead of as a band. Plain matplotlib rather than a seaborn facet grid:
-    a sweep of five levels and seven metrics is 35 panels, whose per-panel tight layout took
-    seaborn about 9 s per figure here (``benchmarks/report_render.py``).
+    a sweep of five levels and seven metrics is 35 panels, and seaborn took about 10 s to build
+    such a figure here, most of it laying out each panel (``benchmarks/report_render.py`` times
+    the whole report).
     """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
