@@ -8,10 +8,11 @@ BIN := $(VENV)/bin
 BAKEOFF := $(BIN)/bakeoff
 PYTEST_ARGS ?=
 # The suite runs in two phases (README, Development): the tests that start no real engine on
-# pytest-xdist workers (JOBS of them, one more than the 2 cores this was tuned on: those tests
-# wait on schedules and kernels a third of the time; 4 made the millisecond timing tests fail;
-# loadscope keeps a module, or a class, on one worker, so its fixtures are set up once), then the real-engine and container tests one at a time, since
-# each uses both cores and they share started engines. Exit status 5 (nothing selected) is not
+# pytest-xdist workers, then the real-engine and container tests one at a time, since each
+# uses both cores and they share started engines. JOBS is one more than the 2 cores this was
+# tuned on (those tests wait on schedules and kernels a third of the time; 4 made the
+# millisecond timing tests fail); loadscope keeps a module, or a class, on one worker, so its
+# fixtures are set up once. Exit status 5 (nothing selected) is not
 # a failure: PYTEST_ARGS may name a file of one phase only.
 JOBS ?= 3
 UNIT_TESTS := -m "not e2e and not container" -n $(JOBS) --dist loadscope

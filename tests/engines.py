@@ -24,6 +24,8 @@ import yaml
 from bakeoff.backends import KnobValue, load_backend, render_launch
 from bakeoff.engine_env import interpreter
 from bakeoff.launch import ServerHandle, free_port, run_local_process
+from bakeoff.report import load_cells
+from bakeoff.results import RunSummary
 from bakeoff.specs import load_campaign
 
 
@@ -177,3 +179,8 @@ def campaign_against(path: Path, engines: Mapping[str, Engine], dest: Path, *, r
     spec.repeats = repeats
     dest.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))
     return dest
+
+
+def summaries_by_server(out: Path) -> dict[str, RunSummary]:
+    """Each server's one run in a campaign folder of one workload and one repeat."""
+    return {c["server"]["label"]: next(iter(c["summaries"].values())) for c in load_cells(out)}

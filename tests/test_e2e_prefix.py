@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from bakeoff.campaign import run_campaign
-from bakeoff.report import load_cells
 from bakeoff.results import RunSummary
 from bakeoff.specs import Trace, load_campaign
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.rows import reuse_share
-from engines import Engine, EngineSet, campaign_against
+from engines import Engine, EngineSet, campaign_against, summaries_by_server
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -35,11 +34,6 @@ def prefix_pair(small_engines: EngineSet) -> dict[str, Engine]:
     pair = small_engines.for_campaign(MULTITURN)
     assert small_engines.for_campaign(TRACE) == pair
     return pair
-
-
-def summaries_by_server(out: Path) -> dict[str, RunSummary]:
-    """Each server's one run (one workload, one repeat)."""
-    return {c["server"]["label"]: next(iter(c["summaries"].values())) for c in load_cells(out)}
 
 
 def assert_cache_was_emptied(runs: dict[str, RunSummary]) -> None:

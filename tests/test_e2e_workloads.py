@@ -12,16 +12,10 @@ from pathlib import Path
 import pytest
 
 from bakeoff.campaign import run_campaign
-from bakeoff.report import load_cells
-from bakeoff.results import RunSummary
-from engines import EngineSet, campaign_against
+from engines import EngineSet, campaign_against, summaries_by_server
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
-
-
-def summaries_by_server(out: Path) -> dict[str, RunSummary]:
-    return {c["server"]["label"]: next(iter(c["summaries"].values())) for c in load_cells(out)}
 
 
 def test_long_prompt_mix_with_and_without_chunked_prefill(small_engines: EngineSet, tmp_path: Path) -> None:

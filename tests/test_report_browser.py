@@ -2,9 +2,8 @@
 
 A small campaign against the reference server speaking vLLM's wire protocol (its
 ``/metrics`` gives the telemetry series) is run end to end, and the HTML it renders is
-opened with the network cut off. A script put first into the page's head records
-console errors, uncaught errors and every resource fetched; on ``load`` it writes what
-it saw into the DOM, which ``--dump-dom`` prints.
+opened with the network cut off (tests/browser.py: a script in the page records console
+errors, uncaught errors and every resource fetched, and ``--dump-dom`` prints what it saw).
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ metrics:
     generation_tokens: "vllm:generation_tokens_total"
 cache_reset: {kind: none}
 """
-
 
 
 def campaign(model: Path) -> str:

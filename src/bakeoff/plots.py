@@ -50,8 +50,8 @@ def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, 
         ["metric", "level", "server", "run"], sort=False
     ):
         ax = axes[metrics.index(str(metric))][levels.index(lvl)]
-        # A run with one sample in this window still shows, as a dot.
         colour = palette.get(str(server))
+        # Markers: a run with one sample in this window still shows, as a dot.
         ax.plot(part["t_s"], part["value"], color=colour, linewidth=1.1, alpha=0.85, marker="o", markersize=2)
     for i, metric in enumerate(metrics):
         axes[i][0].set_ylabel(labels[metric].replace(" (", "\n("), fontsize=8)
