@@ -6,6 +6,8 @@ import asyncio
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from bakeoff.client import ClientSettings, StreamingClient
 from bakeoff.loadgen import run_plan
 from bakeoff.metrics import summarize
@@ -16,6 +18,7 @@ from bakeoff.workloads import PlanBuilder
 from refload import MODEL, drive
 
 
+@pytest.mark.precision
 def test_open_loop_sends_on_schedule_regardless_of_completions(builder: PlanBuilder) -> None:
     plan = builder.build(OpenLoop(rates=[40.0], requests_per_rate=60, warmup_requests=0, input_len=16, output_len=8))[0]
     with serve_reference(ttft_ms=200, itl_ms=20) as url:  # each request lasts ~340 ms >> 25 ms gaps
@@ -30,6 +33,7 @@ def test_open_loop_sends_on_schedule_regardless_of_completions(builder: PlanBuil
     assert summary.queue_delay_ms.p99 < 15
 
 
+@pytest.mark.precision
 def test_closed_loop_keeps_exactly_n_in_flight(builder: PlanBuilder) -> None:
     plan = builder.build(
         ConcurrencySweep(

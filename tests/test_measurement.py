@@ -99,6 +99,7 @@ def median(values: list[float | None]) -> float:
 # --- timing -----------------------------------------------------------------------------
 
 
+@pytest.mark.precision
 def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
     # The first requests of a fresh server pay for accepts and cold code; warm up as runs do.
     warmup = planned(4, max_tokens=2, first_id=-4)
@@ -144,6 +145,7 @@ def test_first_chunk_without_content_key(ref_url: str) -> None:
     assert record.output_text.split() == [f"w{i % 10}" for i in range(16)]
 
 
+@pytest.mark.precision
 def test_several_tokens_per_chunk(ref_url: str) -> None:
     record = one(settings(ref_url, {"tokens_per_chunk": 4}), max_tokens=64)
     assert record.ok

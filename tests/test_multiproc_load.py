@@ -90,6 +90,7 @@ def test_auto_estimate_adds_processes_only_when_the_chunk_demand_needs_them() ->
     assert Estimate(None, 1e-3, None).processes(limit=8) == 1  # no warm-up: nothing to go on
 
 
+@pytest.mark.precision
 def test_open_loop_from_two_processes_keeps_one_schedule_and_exact_timings() -> None:
     plan = RunPlan("o", "open", {}, rate=50.0, requests=requests(24, max_tokens=6, gap_s=0.02))
     got: list[RequestRecord] = []
@@ -107,6 +108,7 @@ def test_open_loop_from_two_processes_keeps_one_schedule_and_exact_timings() -> 
     assert abs(sum(ttft_ms(r) or 0 for r in got) / len(got) - 40) < 4
 
 
+@pytest.mark.precision
 def test_a_run_driven_by_two_processes_records_them_and_merges_into_one_run(tmp_path: Path) -> None:
     reqs = requests(30, max_tokens=10)
     plan = RunPlan("c4", "closed", {}, concurrency=4, warmup=requests(2), requests=reqs, min_requests=30)

@@ -15,6 +15,7 @@ from bakeoff.workloads import PlanBuilder
 from refload import drive
 
 
+@pytest.mark.precision
 def test_closed_loop_at_16_spreads_its_starts_and_measures_only_the_steady_state(builder: PlanBuilder) -> None:
     wl = ConcurrencySweep(
         levels=[16], requests_per_level=80, min_duration_s=0.5, warmup_requests=2, input_len=16, output_len=8
@@ -45,6 +46,7 @@ def test_closed_loop_at_16_spreads_its_starts_and_measures_only_the_steady_state
     assert 16 / 0.16 < summary.throughput.req_s < 16 / 0.12
 
 
+@pytest.mark.precision
 def test_open_loop_under_a_saturated_cap_counts_the_wait_in_ttft(builder: PlanBuilder) -> None:
     wl = OpenLoop(
         rates=[100.0],
