@@ -15,7 +15,7 @@ from bakeoff.errors import ResultsError
 from bakeoff.metrics import summarize
 from bakeoff.records import ErrorKind, RequestRecord
 from bakeoff.report import GLOSSARY, group_table, headline_table, results_frame, summary_table, turn_figure
-from bakeoff.results import SCHEMA_VERSION, Interval, Latency, RunSummary, Stat, migrate
+from bakeoff.results import SCHEMA_VERSION, Latency, RunSummary, Stat, migrate
 from bakeoff.specs import Slo
 from bakeoff.store import read_summary, write_summary
 
@@ -103,7 +103,7 @@ def test_every_v1_figure_survives_migration(path: Path) -> None:
         assert summary.by_group[group].itl_ms.p99_9 == block["itl_ms"]["p99.9"]
         assert summary.by_group[group].ttft_ms.n == block["ttft_ms"]["count"]
     assert summary.requests.model_dump() == old["requests"]
-    assert summary.throughput.model_dump(exclude={"intervals", "offered_req_s"}) == old["throughput"]
+    assert summary.throughput.model_dump(exclude={"offered_req_s"}) == old["throughput"]
     assert summary.window is None and summary.chunking.gaps == 0
     assert summary.short_completions.model_dump() == old["short_completions"]
     assert summary.interrupted is old["interrupted"]
@@ -118,7 +118,7 @@ def test_v1_campaign_blocks_keep_their_values() -> None:
     assert summary.workload.spec == {"kind": "multi_turn", "turns": 3, "label": "chat"}
     assert summary.prefix_cache is not None and summary.prefix_cache.model_dump() == old["prefix_cache"]
     assert summary.cache_reset is not None and summary.cache_reset.model_dump() == old["cache_reset"]
-    assert summary.slo is not None and summary.slo.model_dump(exclude={"intervals"}) == old["slo"]
+    assert summary.slo is not None and summary.slo.model_dump() == old["slo"]
     assert summary.effort is not None and summary.effort.model_dump() == {
         **old["effort"],
         "cache_restarts": [],
@@ -200,13 +200,26 @@ def test_read_refuses_unknown_fields_and_broken_files(tmp_path: Path) -> None:
         read_summary(target)
 
 
-def test_intervals_sit_beside_each_statistic_and_round_trip(tmp_path: Path) -> None:
-    summary = minimal()
-    ci = Interval(lo=4.0, hi=6.0, n=3, method="bootstrap-percentile")
-    ttft = summary.latency.ttft_ms.model_copy(update={"intervals": {"p50": ci}})
-    summary = summary.model_copy(update={"latency": summary.latency.model_copy(update={"ttft_ms": ttft})})
-    write_summary(tmp_path / "summary.json", summary)
-    assert read_summary(tmp_path / "summary.json").latency.ttft_ms.intervals == {"p50": ci}
+def test_layout_3_empty_intervals_are_dropped_and_refused_in_layout_4(tmp_path: Path) -> None:
+    # Layout 3 carried an ``intervals`` field per statistic, throughput and SLO block that no
+    # run ever filled: one summary is one repeat; intervals across repeats are computed on read.
+    target = tmp_path / "summary.json"
+    shutil.copy(V1_SALVAGED, target)  # latency, by_group, queue delay and SLO blocks
+    summary = read_summary(target)
+    write_summary(target, summary)
+    current = raw(target)
+    layout_3 = json.loads(json.dumps(current))
+    layout_3["schema_version"] = 3
+    stats = [*layout_3["latency"].values(), layout_3["queue_delay_ms"]]
+    stats += [stat for latency in layout_3["by_group"].values() for stat in latency.values()]
+    for block in [*stats, layout_3["throughput"], layout_3["slo"]]:
+        block["intervals"] = {}
+    target.write_text(json.dumps(layout_3))
+    assert read_summary(target) == summary
+    current["latency"]["ttft_ms"]["intervals"] = {}
+    target.write_text(json.dumps(current))
+    with pytest.raises(ResultsError, match=r"latency\.ttft_ms\.intervals: Extra inputs are not permitted"):
+        read_summary(target)
 
 
 def test_a_percentile_is_supported_only_with_a_sample_beyond_it() -> None:

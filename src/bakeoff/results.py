@@ -12,9 +12,11 @@ existed (no ``schema_version``: layout 1) are upgraded on read by :func:`migrate
 step per version, so a report still renders from them. A file from a newer bakeoff than
 this one is refused with a message saying so.
 
-Room is left for what other parts add: an :class:`Interval` per statistic (repeats with
-bootstrap intervals), ``telemetry_series`` (time series files beside the run) and
-:class:`Provenance` (framework version, image digest, machine, git revision).
+One file is one run, that is one repeat of a cell: intervals across repeats are not in
+it but computed where repeats are read together (:mod:`bakeoff.confidence` for reports,
+:mod:`bakeoff.history` for the history store). Other parts add ``telemetry_series`` (time
+series files beside the run) and :class:`Provenance` (framework version, image digest,
+machine, git revision).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 StatName = Literal["mean", "p50", "p90", "p95", "p99", "p99_9"]
 # Percentile statistics and the percentile each stands for.
@@ -45,21 +47,8 @@ class Block(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Interval(Block):
-    """A confidence interval for one statistic, from repeats of the same run."""
-
-    lo: float
-    hi: float
-    n: int = Field(ge=1, description="samples (repeats) the interval rests on")
-    method: str = Field(description="how it was computed, e.g. 'bootstrap-percentile'")
-    level: float = Field(default=0.95, gt=0, lt=1)
-
-
 class Stat(Block):
-    """One metric's distribution over a run: n, mean and percentiles (None when n is 0).
-
-    ``intervals`` holds, per statistic name, its interval across repeats when there were any.
-    """
+    """One metric's distribution over a run: n, mean and percentiles (None when n is 0)."""
 
     n: int = Field(default=0, ge=0)
     mean: float | None = None
@@ -68,7 +57,6 @@ class Stat(Block):
     p95: float | None = None
     p99: float | None = None
     p99_9: float | None = None
-    intervals: dict[StatName, Interval] = Field(default_factory=dict)
     unsupported: str | None = Field(
         default=None, description="why these figures are not measurements (e.g. chunks coalesced in one read)"
     )
@@ -134,7 +122,6 @@ class Throughput(Block):
     req_s: float
     window_s: float
     offered_req_s: float | None = None
-    intervals: dict[str, Interval] = Field(default_factory=dict)
 
 
 class Tokens(Block):
@@ -201,7 +188,6 @@ class SloResult(Block):
     attainment: float
     goodput_req_s: float
     p99_met: bool | None = Field(default=None, description="P99 of every bounded metric within its bound")
-    intervals: dict[str, Interval] = Field(default_factory=dict)
 
 
 class WorkloadInfo(Block):
@@ -311,7 +297,7 @@ class ServerDied(Block):
 class RunSummary(Block):
     """The results of one run: ``summary.json``."""
 
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     requests: Requests
     latency: Latency
     throughput: Throughput
@@ -378,8 +364,28 @@ def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "schema_version": 3}
 
 
+def _without_intervals(block: Any) -> Any:
+    return {k: v for k, v in block.items() if k != "intervals"} if isinstance(block, dict) else block
+
+
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """Layout 3 had per-run ``intervals`` fields that were never filled (a run is one repeat)."""
+    out = {**raw, "schema_version": 4}
+    for key in ("throughput", "slo", "queue_delay_ms"):
+        if key in out:
+            out[key] = _without_intervals(out[key])
+    if isinstance(out.get("latency"), dict):
+        out["latency"] = {name: _without_intervals(stat) for name, stat in out["latency"].items()}
+    if isinstance(out.get("by_group"), dict):
+        out["by_group"] = {
+            group: {name: _without_intervals(stat) for name, stat in latency.items()}
+            for group, latency in out["by_group"].items()
+        }
+    return out
+
+
 # From version N to N + 1.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def migrate(raw: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from bakeoff.metric_table import METRICS
-from bakeoff.results import Interval, RunSummary, StatName
+from bakeoff.results import RunSummary, StatName
 
 Better = Literal["higher", "lower"]
 Scale = Literal["relative", "absolute"]
@@ -78,37 +78,28 @@ GATE_METRICS: dict[str, GateMetric] = _table()
 
 @dataclass(frozen=True)
 class Reading:
-    """One figure of one run, with its interval across repeats when the run had repeats."""
+    """One figure: a run's value (no interval), or a cell's mean over repeats with its interval."""
 
     value: float
     lo: float | None = None
     hi: float | None = None
     repeats: int | None = None
 
-    @classmethod
-    def of(cls, value: float, interval: Interval | None) -> Reading:
-        if interval is None:
-            return cls(float(value))
-        return cls(float(value), interval.lo, interval.hi, interval.n)
-
 
 def readings(summary: RunSummary) -> dict[str, Reading]:
-    """Every metric figure of a run by its gate name (undirected ones included), with intervals."""
+    """Every metric figure of one run by its gate name (undirected ones included); no intervals."""
     found: dict[str, Reading] = {}
     for metric in METRICS:
         if metric.read is not None:
             value = metric.read(summary)
             if value is not None:
-                interval = summary.throughput.intervals.get(metric.key) or (
-                    summary.slo.intervals.get(metric.key) if summary.slo is not None else None
-                )
-                found[metric.key] = Reading.of(value, interval)
+                found[metric.key] = Reading(float(value))
             continue
         stat = metric.stat(summary)
         for name in get_args(StatName):
             figure = stat.value(name)
             if figure is not None:
-                found[f"{metric.key}_{name}"] = Reading.of(figure, stat.intervals.get(name))
+                found[f"{metric.key}_{name}"] = Reading(figure)
     return found
 
 
