@@ -18,11 +18,14 @@ from bakeoff import cli
 from bakeoff.bench_cmd import claim_out, report_failures
 from bakeoff.campaign import validate_campaign
 from bakeoff.errors import SpecError
-from bakeoff.progress import CampaignProgress, CellEstimate, estimate_cell
+from bakeoff.metrics import summarize
+from bakeoff.progress import CampaignProgress, CellEstimate, cell_result, estimate_cell
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.provenance import measured_apart_note
+from bakeoff.records import RequestRecord
 from bakeoff.refserver import MODEL, serve_reference
 from bakeoff.specs import ConcurrencySweep, MultiTurn, OpenLoop, load_campaign
+from bakeoff.store import write_summary
 from bakeoff.workloads import PlanBuilder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,6 +204,32 @@ def test_progress_lines_show_position_estimate_result_and_a_summary() -> None:
     summary = progress.summary()
     assert summary.splitlines()[0].startswith("campaign: 2/3 cells ok")
     assert "skipped" in summary and "FAILED" in summary
+
+
+def _saved_run(cell_dir: Path, run: str, ttfts_ms: list[float], completion_tokens: int, failed: int = 0) -> None:
+    ms = 1_000_000
+    records = [
+        RequestRecord(
+            i, start_ns=i * ms, first_token_ns=i * ms + int(t * ms), end_ns=i * ms + int(t * ms) + 1_000 * ms,
+            completion_tokens=completion_tokens,
+        )
+        for i, t in enumerate(ttfts_ms)
+    ]
+    records += [RequestRecord(len(records) + i, start_ns=0, end_ns=ms, error_kind="http") for i in range(failed)]
+    summary = summarize(records)
+    summary.workload.run = run
+    write_summary(cell_dir / "runs" / run / "summary.json", summary)
+
+
+def test_a_finished_cell_is_summed_up_by_its_best_run_with_a_supported_ttft(tmp_path: Path) -> None:
+    # 3 requests: P99 and P90 would be the largest sample stretched; the line shows P50, with n.
+    _saved_run(tmp_path, "c1", [100.0, 110.0, 120.0], completion_tokens=10)
+    _saved_run(tmp_path, "c4", [400.0, 420.0, 440.0], completion_tokens=40, failed=1)
+    line = cell_result(tmp_path)
+    assert line.startswith("2 run(s), best ") and "output tok/s (c4)" in line
+    assert "P50 TTFT 420 ms (n=3)" in line and "P99" not in line
+    assert line.endswith(", 1 failed request(s)")
+    assert cell_result(tmp_path / "nothing") == "no runs saved"
 
 
 # --- report provenance ------------------------------------------------------------------

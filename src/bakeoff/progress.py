@@ -24,13 +24,15 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from bakeoff.results import STAT_LABELS, StatName
 from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
-from bakeoff.store import SUMMARY, read_json
+from bakeoff.store import SUMMARY, read_summary
 
 # Rough decode speeds per output token and start-up times: CPU figures from this project's
-# small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU.
+# small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU. A
+# rehearsal's stand-in (the reference server) is up in about a second.
 TOKEN_S = {"cpu": 0.010, "gpu": 0.015}
-START_S = {"process": 60.0, "container": 120.0, "external": 2.0}
+START_S = {"process": 60.0, "container": 120.0, "external": 2.0, "rehearsal": 2.0}
 
 
 def interactive(stream: TextIO | None = None) -> bool:
@@ -135,17 +137,24 @@ def assumptions() -> str:
 
 
 def cell_result(cell_dir: Path) -> str:
-    """The headline of a finished cell: best throughput, its P99 TTFT, failed requests."""
-    summaries = [read_json(p) for p in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}"))]
+    """The headline of a finished cell: best throughput, its TTFT, failed requests.
+
+    The TTFT shown is the highest percentile the best run's sample supports (P99 needs 100
+    requests), so a short run does not print its largest sample as a P99.
+    """
+    summaries = [read_summary(p) for p in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}"))]
     if not summaries:
         return "no runs saved"
-    best = max(summaries, key=lambda s: s.get("throughput", {}).get("output_tok_s") or 0.0)
-    failed = sum(s.get("requests", {}).get("failed", 0) for s in summaries)
-    ttft = (best.get("ttft_ms") or {}).get("p99")
-    ttft_text = f", P99 TTFT {ttft:.0f} ms" if isinstance(ttft, int | float) else ""
+    best = max(summaries, key=lambda s: s.throughput.output_tok_s)
+    failed = sum(s.requests.failed for s in summaries)
+    ttft = best.latency.ttft_ms
+    highest_first: tuple[StatName, ...] = ("p99", "p90", "p50")
+    supported = [name for name in highest_first if ttft.supported(name) and ttft.value(name) is not None]
+    shown = supported[0] if supported else None
+    ttft_text = f", {STAT_LABELS[shown]} TTFT {ttft.value(shown):.0f} ms (n={ttft.n})" if shown else ""
     return (
-        f"{len(summaries)} run(s), best {best.get('throughput', {}).get('output_tok_s', 0):.0f} output tok/s "
-        f"({best.get('workload', {}).get('run', '?')}){ttft_text}, {failed} failed request(s)"
+        f"{len(summaries)} run(s), best {best.throughput.output_tok_s:.0f} output tok/s "
+        f"({best.workload.run or '?'}){ttft_text}, {failed} failed request(s)"
     )
 
 
@@ -218,5 +227,9 @@ def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:
 
 
 def cell_estimate(cell: Any, restart: bool) -> CellEstimate:
-    kind = "external" if cell.server.url else cell.backend.runtime
+    """One ``campaign.Cell``'s estimate, its start-up time that of the launcher it gets."""
+    # Imported here: launchers reach containers, which use this module's progress bars.
+    from bakeoff.launchers import launcher_kind
+
+    kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
     return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart)
