@@ -15,8 +15,9 @@ from bakeoff.cell_server import CellServer, needs_cold_cache, prompt_keys
 from bakeoff.client import PlannedRequest
 from bakeoff.errors import LaunchError
 from bakeoff.launch import ServerHandle
-from bakeoff.specs import ConcurrencySweep, ServerConfig, Slo
+from bakeoff.specs import ServerConfig, Slo
 from bakeoff.store import read_json, read_summary
+from bakeoff.workload_specs import ConcurrencySweep
 from bakeoff.workloads import RunPlan, SessionPlan, save_plans
 from fake_sglang import FakeState, serve_fake
 

@@ -17,9 +17,10 @@ import pytest
 
 from bakeoff.campaign import run_campaign
 from bakeoff.results import RunSummary
-from bakeoff.specs import Trace, load_campaign
+from bakeoff.specs import load_campaign
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.rows import reuse_share
+from bakeoff.workload_specs import Trace
 from engines import Engine, EngineSet, campaign_against, summaries_by_server
 
 pytestmark = pytest.mark.e2e

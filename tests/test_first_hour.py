@@ -24,8 +24,9 @@ from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.provenance import measured_apart_note
 from bakeoff.records import RequestRecord
 from bakeoff.refserver import MODEL, serve_reference
-from bakeoff.specs import ConcurrencySweep, MultiTurn, OpenLoop, load_campaign
+from bakeoff.specs import load_campaign
 from bakeoff.store import write_summary
+from bakeoff.workload_specs import ConcurrencySweep, MultiTurn, OpenLoop
 from bakeoff.workloads import PlanBuilder
 
 REPO = Path(__file__).resolve().parents[1]

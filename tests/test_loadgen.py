@@ -13,7 +13,7 @@ from bakeoff.loadgen import run_plan
 from bakeoff.metrics import summarize
 from bakeoff.records import RequestRecord
 from bakeoff.refserver import serve_reference
-from bakeoff.specs import ConcurrencySweep, MultiTurn, OpenLoop
+from bakeoff.workload_specs import ConcurrencySweep, MultiTurn, OpenLoop
 from bakeoff.workloads import PlanBuilder
 from refload import MODEL, drive
 

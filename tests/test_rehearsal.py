@@ -20,8 +20,9 @@ from bakeoff.backends import load_backend
 from bakeoff.campaign import run_campaign
 from bakeoff.launchers import launcher_kind
 from bakeoff.rehearsal import MARKER, rehearsal_spec
-from bakeoff.specs import ConcurrencySweep, ServerConfig, load_campaign
+from bakeoff.specs import ServerConfig, load_campaign
 from bakeoff.store import read_summary
+from bakeoff.workload_specs import ConcurrencySweep
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))

@@ -170,7 +170,8 @@ def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> 
     from bakeoff.backends import RenderedLaunch, load_backend
     from bakeoff.campaign import Cell, _static_effort
     from bakeoff.launch import ServerHandle
-    from bakeoff.specs import ConcurrencySweep, ServerConfig
+    from bakeoff.specs import ServerConfig
+    from bakeoff.workload_specs import ConcurrencySweep
 
     backend = load_backend("vllm")
     cell = Cell(ServerConfig(backend="vllm"), backend, ConcurrencySweep(levels=[1], input_len=8, output_len=8))

@@ -7,7 +7,8 @@ import pytest
 from bakeoff.client import PlannedRequest
 from bakeoff.results import Latency, Requests, RunSummary, Stat, Throughput, Tokens
 from bakeoff.slo import SLO_PRESETS, resolve_slo, run_meets_slo, search_max_rate
-from bakeoff.specs import OpenLoop, Slo
+from bakeoff.specs import Slo
+from bakeoff.workload_specs import OpenLoop
 from bakeoff.workloads import RunPlan
 
 

@@ -10,7 +10,8 @@ import yaml
 from bakeoff.backends import MetricsSpec, RequestQuirks, load_backend
 from bakeoff.campaign import check_metric_support, validate_campaign
 from bakeoff.errors import SpecError
-from bakeoff.specs import MultiTurn, load_campaign
+from bakeoff.specs import load_campaign
+from bakeoff.workload_specs import MultiTurn
 
 REPO = Path(__file__).resolve().parents[1]
 

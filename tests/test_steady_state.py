@@ -10,7 +10,7 @@ import pytest
 from bakeoff.metric_table import ttft_from_send_ms, ttft_ms
 from bakeoff.metrics import WindowTargets, summarize
 from bakeoff.refserver import serve_reference
-from bakeoff.specs import ConcurrencySweep, OpenLoop
+from bakeoff.workload_specs import ConcurrencySweep, OpenLoop
 from bakeoff.workloads import PlanBuilder
 from refload import drive
 

@@ -21,12 +21,13 @@ from bakeoff.refserver import serve_reference
 from bakeoff.report import prefix_cache_table, results_frame
 from bakeoff.results import RunSummary
 from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.specs import CampaignSpec, Trace
+from bakeoff.specs import CampaignSpec
 from bakeoff.store import read_records, write_json
 from bakeoff.trace_report import sharing_class_table, timeline, trace_figure, trace_table
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.plan import check_fits
 from bakeoff.traces.rows import TraceRow, reuse_share, reused_tokens
+from bakeoff.workload_specs import Trace
 from bakeoff.workloads import PlanBuilder, designed_reuse, load_plans, save_plans
 
 REPO = Path(__file__).resolve().parents[1]

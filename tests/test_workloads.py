@@ -11,7 +11,7 @@ import pytest
 from bakeoff.client import ClientSettings, PlannedRequest, request_body
 from bakeoff.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
 from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop
+from bakeoff.workload_specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop
 from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, plans_match, save_plans
 
 
@@ -156,7 +156,7 @@ def test_sentencepiece_sessions_count_exactly_through_the_chat_template(sentence
 
 
 def test_plans_are_made_again_when_the_trace_file_or_tokenizer_changes(tmp_path: Path) -> None:
-    from bakeoff.specs import Trace
+    from bakeoff.workload_specs import Trace
     from bakeoff.workloads import RunPlan, plan_inputs
 
     trace = tmp_path / "t.jsonl"

@@ -1,7 +1,7 @@
 """``bakeoff bench``: one workload against an already running server, from command-line options.
 
 The options are turned into the same workload spec a campaign holds
-(:data:`bakeoff.specs.Workload`: a closed-loop sweep, an open loop at ``--rate``, or
+(:data:`bakeoff.workload_specs.Workload`: a closed-loop sweep, an open loop at ``--rate``, or
 conversations with ``--turns``) and planned by :class:`bakeoff.workloads.PlanBuilder`,
 so a bench run and a campaign cell send identical requests for identical settings and
 are refused for the same reasons. Before anything is sent: the output folder must be new
@@ -21,8 +21,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from bakeoff.errors import SpecError
-from bakeoff.specs import Workload
 from bakeoff.store import RECORDS_JOURNAL, RUN_INFO, SUMMARY, read_journal
+from bakeoff.workload_specs import Workload
 
 # Workload fields as the flags that set them, so a refused value names what the user typed.
 FLAG_OF = {

@@ -45,20 +45,11 @@ from bakeoff.rehearsal import is_rehearsal, rehearsal_spec, write_marker
 from bakeoff.results import Cost, Effort, RunSummary
 from bakeoff.runner import RunTarget, execute_plan, gpu_available, salvage_runs, versions
 from bakeoff.slo import resolve_slo, search_max_rate
-from bakeoff.specs import (
-    CampaignSpec,
-    MultiTurn,
-    OpenLoop,
-    ServerConfig,
-    Slo,
-    Trace,
-    Workload,
-    campaign_copy,
-    load_campaign,
-)
+from bakeoff.specs import CampaignSpec, ServerConfig, Slo, campaign_copy, load_campaign
 from bakeoff.store import SUMMARY, atomic_write_bytes, read_summary, write_json, write_summary
 from bakeoff.telemetry import has_prefix_cache_counters
 from bakeoff.traces.plan import check_fits
+from bakeoff.workload_specs import MultiTurn, OpenLoop, Trace, Workload
 from bakeoff.workloads import (
     PlanBuilder,
     RunPlan,

@@ -25,8 +25,8 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from bakeoff.results import STAT_LABELS, StatName
-from bakeoff.specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
 from bakeoff.store import SUMMARY, read_summary
+from bakeoff.workload_specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
 
 # Rough decode speeds per output token and start-up times: CPU figures from this project's
 # small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU. A

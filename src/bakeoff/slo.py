@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from bakeoff.results import RunSummary
-from bakeoff.specs import OpenLoop, Slo
+from bakeoff.specs import Slo
+from bakeoff.workload_specs import OpenLoop
 from bakeoff.workloads import RunPlan, arrival_times, retime
 
 # MLPerf-Inference-style latency bounds (TTFT ms, TPOT ms) for common model sizes.

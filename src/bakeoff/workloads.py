@@ -19,18 +19,10 @@ import orjson
 from bakeoff.client import PlannedRequest
 from bakeoff.errors import SpecError
 from bakeoff.prompts import PromptFactory
-from bakeoff.specs import (
-    ConcurrencySweep,
-    LengthDist,
-    LongPromptMix,
-    MultiTurn,
-    OpenLoop,
-    Trace,
-    Workload,
-)
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.plan import plan_trace
 from bakeoff.traces.rows import reuse_share
+from bakeoff.workload_specs import ConcurrencySweep, LengthDist, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
 
 Mode = Literal["closed", "open", "sessions"]
 PLAN_INDEX = "index.json"

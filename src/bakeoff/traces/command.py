@@ -15,9 +15,9 @@ import orjson
 from pydantic import ValidationError
 
 from bakeoff.errors import SpecError
-from bakeoff.specs import Trace
 from bakeoff.store import atomic_write_bytes
 from bakeoff.traces.formats import FORMATS, detect_format, write_bakeoff
+from bakeoff.workload_specs import Trace
 
 
 def add_trace_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.specs import Trace
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.rows import SHARING_CLASSES, reuse_share, reused_tokens, sharing_class
+from bakeoff.workload_specs import Trace
 
 QUANTILES = (50, 90, 99)
 RATE_BINS = 20

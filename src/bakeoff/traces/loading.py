@@ -18,9 +18,9 @@ import orjson
 
 from bakeoff.errors import SpecError
 from bakeoff.paths import shipped
-from bakeoff.specs import Trace
 from bakeoff.traces.formats import Parsed, parse_azure, parse_bakeoff, parse_burstgpt, parse_mooncake
 from bakeoff.traces.rows import LoadedTrace
+from bakeoff.workload_specs import Trace
 
 _PARSE_OPTIONS = {"format", "block_size", "models", "log_types", "start_s", "duration_s"}
 

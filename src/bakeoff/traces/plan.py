@@ -17,9 +17,9 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.prompts import PromptFactory
-from bakeoff.specs import Trace
 from bakeoff.traces.loading import load_trace
 from bakeoff.traces.rows import LoadedTrace, TraceRow, block_tokens, reused_tokens, sharing_class
+from bakeoff.workload_specs import Trace
 
 # Tokens a server adds around the body: BOS on completions, the chat template's role markers on chat.
 CONTEXT_ALLOWANCE = {"completions": 1, "chat": 16}
