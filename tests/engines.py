@@ -21,9 +21,10 @@ from pathlib import Path
 import psutil
 import yaml
 
-from bakeoff.backends import KnobValue, load_backend, render_launch
+from bakeoff.backends import KnobValue, load_backend
 from bakeoff.engine_env import interpreter
 from bakeoff.launch import ServerHandle, free_port, run_local_process
+from bakeoff.launch_render import render_launch
 from bakeoff.report import load_cells
 from bakeoff.results import RunSummary
 from bakeoff.specs import load_campaign

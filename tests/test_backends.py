@@ -26,17 +26,13 @@ from bakeoff.backends import (
     BackendSpec,
     KnobSpec,
     KnobValue,
-    baked_knobs,
-    change_cost,
-    check_knob,
     list_backends,
     load_backend,
-    parse_knob_args,
-    render_engine_build,
-    render_launch,
 )
 from bakeoff.containers import render_container_launch
 from bakeoff.errors import KnobError, SpecError
+from bakeoff.knobs import check_knob, parse_knob_args
+from bakeoff.launch_render import baked_knobs, change_cost, render_engine_build, render_launch
 
 REPO = BACKENDS_DIR.parent
 GPU_BACKENDS = ["vllm", "sglang", "trtllm", "trtllm-engine"]

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from bakeoff import campaign
-from bakeoff.backends import RenderedLaunch, load_backend
+from bakeoff.backends import load_backend
 from bakeoff.cell_server import CellServer, needs_cold_cache, prompt_keys
 from bakeoff.client import PlannedRequest
 from bakeoff.errors import LaunchError
 from bakeoff.launch import ServerHandle
+from bakeoff.launch_render import RenderedLaunch
 from bakeoff.specs import ServerConfig, Slo
 from bakeoff.store import read_json, read_summary
 from bakeoff.workload_specs import ConcurrencySweep

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.backends import BACKENDS_DIR, load_backend, render_launch
+from bakeoff.backends import BACKENDS_DIR, load_backend
 from bakeoff.campaign import expand
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.gpu_checks import (
@@ -26,6 +26,7 @@ from bakeoff.gpu_checks import (
     parse_cuda_version,
     query_nvidia_smi,
 )
+from bakeoff.launch_render import render_launch
 from bakeoff.specs import CampaignSpec, load_campaign
 
 REPO = BACKENDS_DIR.parent

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from tokenizers import Tokenizer
 
-from bakeoff.backends import load_backend, render_launch
+from bakeoff.backends import load_backend
 from bakeoff.gguf import (
     convert_to_gguf,
     gguf_is_fresh,
@@ -28,6 +28,7 @@ from bakeoff.gguf import (
     pre_tokenizer_from_config,
 )
 from bakeoff.launch import free_port, run_local_process
+from bakeoff.launch_render import render_launch
 
 SERVER = llama_server_path()
 MAX_TOKENS = 16

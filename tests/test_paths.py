@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from bakeoff import paths
-from bakeoff.backends import BACKENDS_DIR, list_backends, load_backend, render_launch
+from bakeoff.backends import BACKENDS_DIR, list_backends, load_backend
 from bakeoff.engine_env import ENGINE_PYTHON_ENV, engine_python, engine_versions, find_engine_python, interpreter
 from bakeoff.errors import LaunchError, SpecError
+from bakeoff.launch_render import render_launch
 from bakeoff.notebook_params import bench_ready
 from bakeoff.runner import versions
 

@@ -16,9 +16,10 @@ from typing import Any
 import psutil
 import pytest
 
-from bakeoff.backends import BackendSpec, RenderedLaunch
+from bakeoff.backends import BackendSpec
 from bakeoff.errors import LaunchError
 from bakeoff.launch import PID_FILE, free_port, run_local_process
+from bakeoff.launch_render import RenderedLaunch
 
 
 def _launch(argv: list[str], **health: Any) -> RenderedLaunch:

@@ -167,9 +167,10 @@ def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
-    from bakeoff.backends import RenderedLaunch, load_backend
+    from bakeoff.backends import load_backend
     from bakeoff.campaign import Cell, _static_effort
     from bakeoff.launch import ServerHandle
+    from bakeoff.launch_render import RenderedLaunch
     from bakeoff.specs import ServerConfig
     from bakeoff.workload_specs import ConcurrencySweep
 

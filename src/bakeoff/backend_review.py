@@ -11,19 +11,12 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from bakeoff.backends import (
-    BackendSpec,
-    KnobValue,
-    RenderedLaunch,
-    flag_text,
-    load_backend,
-    render_engine_build,
-    render_launch,
-)
+from bakeoff.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.containers import container_run_args, find_runtime, render_container_launch, runtime_command
 from bakeoff.engine_build import default_cache_dir, engine_cache_key, read_record
 from bakeoff.errors import RuntimeMissingError, SpecError
 from bakeoff.knobs import draft_model_knob
+from bakeoff.launch_render import RenderedLaunch, flag_text, render_engine_build, render_launch
 
 # Shown in place of model.draft_path when a speculative knob needs a draft model.
 DRAFT_PLACEHOLDER_DIR = Path("/path/to/draft-model")

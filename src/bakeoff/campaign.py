@@ -22,7 +22,7 @@ import yaml
 from bakeoff import kernelrun, launchers, quality, resume
 from bakeoff.archive import archive_after_run
 from bakeoff.auth import request_headers
-from bakeoff.backends import BackendSpec, KnobValue, RenderedLaunch, load_backend, render_launch
+from bakeoff.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.cell_server import CellServer
 from bakeoff.client import ClientSettings, TokenCounter
 from bakeoff.containers import reap_containers
@@ -31,6 +31,7 @@ from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.gpu_checks import KvDtype, check_draft_models, check_kv_dtypes, effective_kv_dtype
 from bakeoff.htmlexport import export_html
 from bakeoff.launch import ServerHandle, reap_leftovers
+from bakeoff.launch_render import RenderedLaunch, render_launch
 from bakeoff.launchers import LaunchContext
 from bakeoff.liveness import watch_for
 from bakeoff.metrics import cost_per_million_tokens

@@ -23,8 +23,9 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
-from bakeoff.backends import BackendSpec, RenderedLaunch
+from bakeoff.backends import BackendSpec
 from bakeoff.launch import ServerHandle
+from bakeoff.launch_render import RenderedLaunch
 from bakeoff.telemetry import CacheReset
 from bakeoff.workloads import RunPlan
 

@@ -336,6 +336,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 def cmd_backends(args: argparse.Namespace) -> int:
     from bakeoff import backends
     from bakeoff.backend_review import describe_launch
+    from bakeoff.knobs import parse_knob_args
 
     if args.backends_command == "list":
         print(f"{'NAME':22} {'RUNTIME':9} {'HW':4} DESCRIPTION")
@@ -343,7 +344,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
             spec = backends.load_backend(name)
             print(f"{name:22} {spec.runtime:9} {spec.accelerator:4} {spec.display_name}")
         return 0
-    print(describe_launch(args.name, backends.parse_knob_args(args.knob)))
+    print(describe_launch(args.name, parse_knob_args(args.knob)))
     return 0
 
 

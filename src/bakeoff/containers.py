@@ -27,10 +27,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bakeoff.backends import DRAFT_MOUNT, BackendSpec, KnobValue, RenderedLaunch, render_launch
+from bakeoff.backends import DRAFT_MOUNT, BackendSpec, KnobValue
 from bakeoff.errors import LaunchError, RuntimeMissingError
 from bakeoff.knobs import draft_model_knob
 from bakeoff.launch import ServerHandle, port_in_use, wait_ready
+from bakeoff.launch_render import RenderedLaunch, render_launch
 from bakeoff.model_source import ContainerModel
 from bakeoff.paths import user_cache_dir
 from bakeoff.store import atomic_write_bytes

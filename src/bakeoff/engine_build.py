@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bakeoff.backends import BackendSpec, KnobValue, baked_knobs, render_engine_build
+from bakeoff.backends import BackendSpec, KnobValue
 from bakeoff.containers import find_runtime, runtime_command
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.launch import log_tail
+from bakeoff.launch_render import baked_knobs, render_engine_build
 from bakeoff.paths import user_cache_dir
 
 KEY_VERSION = "bakeoff-engine-key v1"

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 
 from bakeoff import control
-from bakeoff.backends import RenderedLaunch
 from bakeoff.errors import LaunchError
+from bakeoff.launch_render import RenderedLaunch
 
 
 @dataclass

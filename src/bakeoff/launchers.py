@@ -2,7 +2,7 @@
 
 A cell's server is started by exactly one of these launchers, each a context manager
 that yields a ready :class:`~bakeoff.launch.ServerHandle` and the
-:class:`~bakeoff.backends.RenderedLaunch` behind it, and tears down what it started on
+:class:`~bakeoff.launch_render.RenderedLaunch` behind it, and tears down what it started on
 every exit path:
 
 ========== ===============================================================================
@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from bakeoff.backends import BackendSpec, RenderedLaunch, render_launch
+from bakeoff.backends import BackendSpec
 from bakeoff.engine_env import interpreter
 from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
 from bakeoff.launch import ServerHandle, free_port, run_local_process
+from bakeoff.launch_render import RenderedLaunch, render_launch
 from bakeoff.model_source import ContainerModel, ModelSource
 
 if TYPE_CHECKING:
