@@ -23,17 +23,10 @@ import pytest
 import yaml
 
 from bakeoff.backends import BACKENDS_DIR, BackendSpec, load_backend
-from bakeoff.containers import (
-    container_run_args,
-    find_runtime,
-    image_fix_hint,
-    inspect_image,
-    leftover_containers,
-    render_container_launch,
-    run_container,
-    runtime_command,
-)
+from bakeoff.container_runtime import find_runtime, runtime_command
+from bakeoff.containers import container_run_args, leftover_containers, render_container_launch, run_container
 from bakeoff.errors import LaunchError, RuntimeMissingError
+from bakeoff.images import image_fix_hint, inspect_image
 from bakeoff.launch import ServerHandle, free_port
 
 REPO = BACKENDS_DIR.parent
@@ -378,7 +371,7 @@ def test_ready_server_yields_handle_and_is_removed_after(backend_name: str, mode
 
 
 def test_missing_registry_image_is_pulled_and_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.containers import ensure_image, recorded_build_s
+    from bakeoff.images import ensure_image, recorded_build_s
 
     # A stand-in CLI: `image inspect` fails until `pull` has run; no registry is reachable here.
     fake = tmp_path / "fakectl"

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from bakeoff.campaign import run_campaign
-from bakeoff.containers import find_runtime, inspect_image, leftover_containers
+from bakeoff.container_runtime import find_runtime
+from bakeoff.containers import leftover_containers
+from bakeoff.images import inspect_image
 from bakeoff.report import effort_table, results_frame
 from bakeoff.specs import load_campaign
 from bakeoff.store import read_summary

@@ -381,7 +381,8 @@ def test_script_refuses_bad_knobs(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu_present(), reason="needs an NVIDIA GPU (nvidia-smi -L)")
 def test_real_engine_build_on_gpu(tmp_path: Path) -> None:
-    from bakeoff.containers import find_runtime, inspect_image
+    from bakeoff.container_runtime import find_runtime
+    from bakeoff.images import inspect_image
 
     runtime = find_runtime()
     if not inspect_image(runtime, IMAGE, missing_ok=True).present:

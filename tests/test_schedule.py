@@ -137,7 +137,7 @@ workloads:
 
 def test_a_campaign_can_say_latest_and_the_image_follows(tmp_path: Path) -> None:
     from bakeoff.campaign import expand
-    from bakeoff.containers import floating_tag
+    from bakeoff.images import floating_tag
     from bakeoff.specs import load_campaign
 
     [cell] = expand(load_campaign(campaign_with_tag(tmp_path, "vllm", "latest")), None)
@@ -184,13 +184,13 @@ def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> 
 
 
 def test_floating_tags_are_pulled_again_pinned_ones_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff import containers
+    from bakeoff import images
 
     calls: list[tuple[str, ...]] = []
 
     def fake_inspect(runtime: str, image: str, *, build: str | None = None, missing_ok: bool = False) -> object:
         calls.append(("inspect", image))
-        return containers.ImageInfo(image=image, digest="sha256:new", build_s=None, present=True)
+        return images.ImageInfo(image=image, digest="sha256:new", build_s=None, present=True)
 
     class Done:
         returncode, stdout, stderr = 0, "", ""
@@ -199,13 +199,13 @@ def test_floating_tags_are_pulled_again_pinned_ones_reused(monkeypatch: pytest.M
         calls.append(args)
         return Done()
 
-    monkeypatch.setattr(containers, "inspect_image", fake_inspect)
-    monkeypatch.setattr(containers, "_cli", fake_cli)
-    monkeypatch.setattr(containers, "record_image_seconds", lambda *a: None)
-    assert containers.ensure_image("podman", "vllm/vllm-openai:latest").digest == "sha256:new"
+    monkeypatch.setattr(images, "inspect_image", fake_inspect)
+    monkeypatch.setattr(images, "runtime_cli", fake_cli)
+    monkeypatch.setattr(images, "record_image_seconds", lambda *a: None)
+    assert images.ensure_image("podman", "vllm/vllm-openai:latest").digest == "sha256:new"
     assert ("pull", "vllm/vllm-openai:latest") in calls  # present, yet pulled: latest moves
     calls.clear()
-    containers.ensure_image("podman", "vllm/vllm-openai:v0.31.0")
+    images.ensure_image("podman", "vllm/vllm-openai:v0.31.0")
     assert all(c[0] != "pull" for c in calls)  # a pinned tag already present is used as it is
 
 

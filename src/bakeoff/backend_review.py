@@ -12,7 +12,8 @@ import shlex
 from pathlib import Path
 
 from bakeoff.backends import BackendSpec, KnobValue, load_backend
-from bakeoff.containers import container_run_args, find_runtime, render_container_launch, runtime_command
+from bakeoff.container_runtime import find_runtime, runtime_command
+from bakeoff.containers import container_run_args, render_container_launch
 from bakeoff.engine_build import default_cache_dir, engine_cache_key, read_record
 from bakeoff.errors import RuntimeMissingError, SpecError
 from bakeoff.knobs import draft_model_knob

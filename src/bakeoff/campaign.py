@@ -119,7 +119,7 @@ def with_image_tag(backend: BackendSpec, tag: str | None, where: str) -> Backend
         return backend
     if backend.container is None:
         raise SpecError(f"{where}: backend {backend.name!r} runs as a process, not an image; remove image_tag")
-    from bakeoff.containers import image_with_tag
+    from bakeoff.images import image_with_tag
 
     container = backend.container.model_copy(
         update={

@@ -1,9 +1,10 @@
-"""Container lifecycles: find the runtime, check the image, run one backend, always remove it.
+"""Container lifecycles: render a backend's launch for its image, run it, always remove it.
 
 The container twin of :func:`bakeoff.launch.run_local_process`. :func:`run_container` is a
-context manager that starts a backend's image with podman (preferred; rootful, with runc)
-or docker, waits until its health endpoint answers on the host port, and removes the
-container on every exit path: success, exception and Ctrl-C. Every container it starts
+context manager that starts a backend's image with the runtime of
+:mod:`bakeoff.container_runtime` (the image made present by :mod:`bakeoff.images`), waits
+until its health endpoint answers on the host port, and removes the container on every
+exit path: success, exception and Ctrl-C. Every container it starts
 carries the label ``bakeoff=1`` so leftovers can be found (:func:`leftover_containers`).
 
 Rendering for a container: the server inside listens on the image's fixed
@@ -16,219 +17,26 @@ in-container paths; callers use it instead of ``render_launch`` for container ba
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shlex
-import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from bakeoff.backends import DRAFT_MOUNT, BackendSpec, KnobValue
-from bakeoff.errors import LaunchError, RuntimeMissingError
+from bakeoff.container_runtime import find_runtime, runtime_cli, runtime_command
+from bakeoff.errors import LaunchError
+from bakeoff.images import ensure_image
 from bakeoff.knobs import draft_model_knob
 from bakeoff.launch import ServerHandle, port_in_use, wait_ready
 from bakeoff.launch_render import RenderedLaunch, render_launch
 from bakeoff.model_source import ContainerModel
-from bakeoff.paths import user_cache_dir
 from bakeoff.store import atomic_write_bytes
 
-RUNTIMES = ("podman", "docker")
-RUNTIME_ENV = "BAKEOFF_CONTAINER_RUNTIME"
 CONTAINER_CONFIG_DIR = "/bakeoff"
 LABEL = "bakeoff=1"
-LOCAL_IMAGE_PREFIX = "localhost/bakeoff/"
-_RUNC_PATHS = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
-_CLI_TIMEOUT_S = 60.0
-_HINT = "Install podman with scripts/setup-podman.sh (or start a docker engine)."
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    """What is known about one image: its digest pins what a run actually used."""
-
-    image: str
-    digest: str
-    build_s: float | None
-    present: bool
-
-
-def find_runtime(preferred: str | None = None) -> str:
-    """``"podman"`` or ``"docker"``: the env var, then ``preferred``, then the first usable one.
-
-    A docker client without a reachable engine does not count as usable (this machine
-    class ships the docker CLI but no daemon).
-    """
-    wanted = os.environ.get(RUNTIME_ENV) or preferred
-    if wanted is not None:
-        if wanted not in RUNTIMES:
-            raise RuntimeMissingError(
-                f"container runtime {wanted!r} is not supported; use one of {', '.join(RUNTIMES)}"
-            )
-        if not _runtime_usable(wanted):
-            raise RuntimeMissingError(f"container runtime {wanted!r} is not usable here. {_HINT}")
-        return wanted
-    for name in RUNTIMES:
-        if _runtime_usable(name):
-            return name
-    raise RuntimeMissingError(f"no container runtime found. {_HINT}")
-
-
-def _runtime_usable(name: str) -> bool:
-    if shutil.which(name) is None:
-        return False
-    if name == "podman":
-        return True
-    # The docker CLI answers `version` for the client alone; the server part needs the engine.
-    try:
-        args = [name, "version", "--format", "{{.Server.Version}}"]
-        proc = subprocess.run(args, capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
-
-
-def runtime_command(runtime: str) -> list[str]:
-    """The runtime executable with its global flags: podman runs with runc where installed."""
-    if runtime == "podman" and (shutil.which("runc") or any(map(os.path.exists, _RUNC_PATHS))):
-        # crun fails on cgroups on this machine class; runc works.
-        return ["podman", "--runtime", "runc"]
-    return [runtime]
-
-
-# Multi-GB serving images take a while on a slow link; a hung pull still ends.
-_PULL_TIMEOUT_S = 3600.0
-
-
-def _cli(runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            [*runtime_command(runtime), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError as exc:
-        raise RuntimeMissingError(f"{runtime} is not installed. {_HINT}") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise LaunchError(f"`{runtime} {shlex.join(args)}` hung for {timeout_s:.0f} s") from exc
-
-
-def cache_file() -> Path:
-    """``images.json`` written by scripts/build-images.sh: image tag -> build seconds."""
-    return user_cache_dir() / "images.json"
-
-
-def recorded_build_s(image: str) -> float | None:
-    """Seconds the last local build of ``image`` took, or None when it was not built here."""
-    try:
-        entry = json.loads(cache_file().read_text()).get(image)
-    except (OSError, ValueError, AttributeError):
-        return None
-    if isinstance(entry, dict) and isinstance(entry.get("build_s"), int | float):
-        return float(entry["build_s"])
-    return None
-
-
-def record_image_seconds(image: str, seconds: float, how: str) -> None:
-    """Add an image's build or pull time to ``images.json`` (the effort table reads it)."""
-    path = cache_file()
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    data[image] = {"build_s": round(seconds, 1), "how": how}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
-def image_with_tag(image: str, tag: str) -> str:
-    """``image`` with its tag replaced by ``tag`` (a digest reference keeps its name only)."""
-    name = image.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
-    return f"{name}:{tag}"
-
-
-def floating_tag(image: str) -> bool:
-    """A tag that moves (``latest``, or none at all): pulled again on every run."""
-    if "@" in image:
-        return False
-    last = image.rsplit("/", 1)[-1]
-    return ":" not in last or last.endswith(":latest")
-
-
-def ensure_image(runtime: str, image: str, *, build: str | None = None) -> ImageInfo:
-    """The local image; a registry image that is missing, or floating (``latest``), is pulled first, timed.
-
-    Locally built images (``build`` set) are never built implicitly: that takes minutes
-    and its own script, which the error names. The returned digest is what will run.
-    """
-    info = inspect_image(runtime, image, build=build, missing_ok=True)
-    local = build is not None or image.startswith(LOCAL_IMAGE_PREFIX)
-    if local or (info.present and not floating_tag(image)):
-        return inspect_image(runtime, image, build=build)
-    from bakeoff.progress import working
-
-    started = time.monotonic()
-    with working(f"pulling {image}"):
-        pulled = _cli(runtime, "pull", image, timeout_s=_PULL_TIMEOUT_S)
-    if pulled.returncode != 0:
-        raise LaunchError(f"`{runtime} pull {image}` failed: {pulled.stderr.strip()[-1500:]}")
-    record_image_seconds(image, time.monotonic() - started, "pull")
-    return inspect_image(runtime, image, build=build)
-
-
-def image_fix_hint(runtime: str, image: str, build: str | None = None) -> str:
-    """The command that makes ``image`` present: a local build, or a pull for registry images."""
-    if build is None and image.startswith(LOCAL_IMAGE_PREFIX):
-        build = image.removeprefix(LOCAL_IMAGE_PREFIX).split(":", 1)[0]
-    if build is not None:
-        return f"scripts/build-images.sh {build}"
-    return f"{runtime} pull {image}"
-
-
-def inspect_image(runtime: str, image: str, *, build: str | None = None, missing_ok: bool = False) -> ImageInfo:
-    """Digest and recorded build time of a local image.
-
-    A missing image raises :class:`LaunchError` naming the command that provides it,
-    unless ``missing_ok`` (then ``present`` is False).
-    """
-    proc = _cli(runtime, "image", "inspect", image)
-    if proc.returncode != 0:
-        if missing_ok:
-            return ImageInfo(image=image, digest="", build_s=None, present=False)
-        raise LaunchError(
-            f"container image {image} is not present for {runtime}; "
-            f"get it with: {image_fix_hint(runtime, image, build)}"
-        )
-    try:
-        data = json.loads(proc.stdout)
-        entry = data[0] if isinstance(data, list) else data
-    except (ValueError, IndexError, KeyError) as exc:
-        raise LaunchError(f"`{runtime} image inspect {image}` gave unreadable output") from exc
-    return ImageInfo(image=image, digest=_digest_of(entry), build_s=recorded_build_s(image), present=True)
-
-
-def _digest_of(entry: dict[str, object]) -> str:
-    # A pulled image has a registry digest; a locally built one only its content ID
-    # (podman fills Digest for both, docker only RepoDigests).
-    digest = entry.get("Digest")
-    if isinstance(digest, str) and digest:
-        return digest
-    repo_digests = entry.get("RepoDigests")
-    if isinstance(repo_digests, list) and repo_digests:
-        return str(repo_digests[0]).rpartition("@")[2]
-    image_id = str(entry.get("Id", ""))
-    return image_id if image_id.startswith("sha256:") or not image_id else f"sha256:{image_id}"
 
 
 def render_container_launch(
@@ -342,14 +150,14 @@ def leftover_containers(runtime: str, name_contains: str | None = None) -> list[
     filters = ["--filter", f"label={LABEL}"]
     if name_contains:
         filters += ["--filter", f"name={name_contains}"]
-    proc = _cli(runtime, "ps", "-a", *filters, "--format", "{{.ID}}")
+    proc = runtime_cli(runtime, "ps", "-a", *filters, "--format", "{{.ID}}")
     if proc.returncode != 0:
         raise LaunchError(f"`{runtime} ps` failed: {proc.stderr.strip()}")
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
 
 
 def container_running(runtime: str, ref: str) -> bool:
-    proc = _cli(runtime, "inspect", "--format", "{{.State.Running}}", ref)
+    proc = runtime_cli(runtime, "inspect", "--format", "{{.State.Running}}", ref)
     return proc.returncode == 0 and proc.stdout.strip() == "true"
 
 
@@ -377,9 +185,9 @@ def remove_container(runtime: str, ref: str) -> None:
     # A benchmarked server holds nothing worth a graceful stop; kill it at once.
     args = ["rm", "-f", "-t", "2", ref] if runtime == "podman" else ["rm", "-f", ref]
     try:
-        _cli(runtime, *args)
+        runtime_cli(runtime, *args)
     except KeyboardInterrupt:
-        _cli(runtime, *args)
+        runtime_cli(runtime, *args)
         raise
 
 
@@ -467,7 +275,7 @@ def run_container(
     follower: _LogFollower | None = None
     started = time.monotonic()
     try:
-        proc = _cli(runtime, *args, timeout_s=300)
+        proc = runtime_cli(runtime, *args, timeout_s=300)
         if proc.returncode != 0:
             detail = proc.stderr.strip() or proc.stdout.strip()
             raise LaunchError(f"{runtime} could not start {spec.image}: {detail}")

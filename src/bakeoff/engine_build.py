@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bakeoff.backends import BackendSpec, KnobValue
-from bakeoff.containers import find_runtime, runtime_command
+from bakeoff.container_runtime import find_runtime, runtime_command
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.launch import log_tail
 from bakeoff.launch_render import baked_knobs, render_engine_build

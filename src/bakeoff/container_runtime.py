@@ -1,0 +1,81 @@
+"""The container runtime: podman (preferred; with runc) or docker, found and called.
+
+:func:`find_runtime` picks the runtime (``BAKEOFF_CONTAINER_RUNTIME``, then podman, then a
+docker whose engine answers); :func:`runtime_cli` runs one of its commands with the global
+flags this machine class needs and a timeout, so a hung runtime ends with a clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+
+from bakeoff.errors import LaunchError, RuntimeMissingError
+
+RUNTIMES = ("podman", "docker")
+RUNTIME_ENV = "BAKEOFF_CONTAINER_RUNTIME"
+_RUNC_PATHS = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
+_CLI_TIMEOUT_S = 60.0
+_HINT = "Install podman with scripts/setup-podman.sh (or start a docker engine)."
+
+
+def find_runtime(preferred: str | None = None) -> str:
+    """``"podman"`` or ``"docker"``: the env var, then ``preferred``, then the first usable one.
+
+    A docker client without a reachable engine does not count as usable (this machine
+    class ships the docker CLI but no daemon).
+    """
+    wanted = os.environ.get(RUNTIME_ENV) or preferred
+    if wanted is not None:
+        if wanted not in RUNTIMES:
+            raise RuntimeMissingError(
+                f"container runtime {wanted!r} is not supported; use one of {', '.join(RUNTIMES)}"
+            )
+        if not _runtime_usable(wanted):
+            raise RuntimeMissingError(f"container runtime {wanted!r} is not usable here. {_HINT}")
+        return wanted
+    for name in RUNTIMES:
+        if _runtime_usable(name):
+            return name
+    raise RuntimeMissingError(f"no container runtime found. {_HINT}")
+
+
+def _runtime_usable(name: str) -> bool:
+    if shutil.which(name) is None:
+        return False
+    if name == "podman":
+        return True
+    # The docker CLI answers `version` for the client alone; the server part needs the engine.
+    try:
+        args = [name, "version", "--format", "{{.Server.Version}}"]
+        proc = subprocess.run(args, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def runtime_command(runtime: str) -> list[str]:
+    """The runtime executable with its global flags: podman runs with runc where installed."""
+    if runtime == "podman" and (shutil.which("runc") or any(map(os.path.exists, _RUNC_PATHS))):
+        # crun fails on cgroups on this machine class; runc works.
+        return ["podman", "--runtime", "runc"]
+    return [runtime]
+
+
+def runtime_cli(runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``RUNTIME [global flags] ARGS``, output captured; a missing or hung runtime raises."""
+    try:
+        return subprocess.run(
+            [*runtime_command(runtime), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise RuntimeMissingError(f"{runtime} is not installed. {_HINT}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"`{runtime} {shlex.join(args)}` hung for {timeout_s:.0f} s") from exc
