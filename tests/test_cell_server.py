@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bakeoff import campaign
+from bakeoff import campaign, campaign_cells, notebook_params
 from bakeoff.backends import load_backend
 from bakeoff.cell_server import CellServer, needs_cold_cache, prompt_keys
 from bakeoff.client import PlannedRequest
@@ -87,7 +87,7 @@ def test_http_reset_backends_are_left_to_the_runner(tmp_path: Path) -> None:
 def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     starts = Starts(tmp_path)
     wl = ConcurrencySweep(levels=[1], requests_per_level=3, warmup_requests=0, input_len=4, output_len=2)
-    cell = campaign.Cell(ServerConfig(backend="llamacpp", label="l"), starts.backend, wl)
+    cell = campaign_cells.Cell(ServerConfig(backend="llamacpp", label="l"), starts.backend, wl)
     plans = [closed("c1", "alpha"), closed("c2", "beta"), closed("replay", "alpha")]
     restarts: list[dict[str, Any]] = []
     effort: dict[str, Any] = {"server": {"backend": "llamacpp"}}
@@ -101,7 +101,7 @@ def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypa
 
 def write_campaign(folder: Path) -> None:
     """A prepared campaign folder: one llama.cpp server, plans c1 and a replay of c1."""
-    (folder / campaign.CAMPAIGN_COPY).write_text(
+    (folder / notebook_params.CAMPAIGN_COPY).write_text(
         "name: t\nmodel: {preset: tiny}\nmeasure_warm_restart: true\nrepeats: 1\n"
         "servers: [{backend: llamacpp, label: l}]\n"
         "workloads: [{kind: concurrency, name: sweep, levels: [1], input_len: 4, output_len: 2}]\n"

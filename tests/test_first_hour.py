@@ -16,7 +16,7 @@ import yaml
 
 from bakeoff import cli
 from bakeoff.bench_cmd import claim_out, report_failures
-from bakeoff.campaign import validate_campaign
+from bakeoff.campaign_cells import validate_campaign
 from bakeoff.errors import SpecError
 from bakeoff.metrics import summarize
 from bakeoff.progress import CampaignProgress, CellEstimate, cell_result, estimate_cell

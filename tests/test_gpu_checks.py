@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bakeoff.backends import BACKENDS_DIR, load_backend
-from bakeoff.campaign import expand
+from bakeoff.campaign_cells import expand
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.gpu_checks import (
     check_cuda_compat,

@@ -178,7 +178,7 @@ def test_campaign_without_an_engine_environment_stops_before_any_server(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bakeoff import engine_env
-    from bakeoff.campaign import prepare
+    from bakeoff.campaign_cells import prepare
 
     monkeypatch.setattr(engine_env, "find_engine_python", lambda: None)
     campaign = {

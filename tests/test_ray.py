@@ -20,7 +20,7 @@ import psutil
 import pytest
 import ray
 
-from bakeoff import campaign, report, report_cluster
+from bakeoff import campaign, campaign_cells, report, report_cluster
 from bakeoff.cli import main
 from bakeoff.ray_runner import RETRY_REASON, TRIES, cell_options, check_ray_fields, run_cells_on_ray
 from bakeoff.ray_store import ResultStore
@@ -107,7 +107,7 @@ def test_cells_run_in_parallel_on_ray_into_an_object_store_and_match_the_serial_
     assert a0 < b1 and b0 < a1, f"cells ran one after the other: a {a0}..{a1}, b {b0}..{b1}"
     # The serial path (what the local campaign's notebook calls) measures the same server alike.
     serial = cluster / "serial"
-    campaign.prepare(path, serial, ["a"])
+    campaign_cells.prepare(path, serial, ["a"])
     campaign.run_cell(serial, "a", "w")
     here = read_summary(serial / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
     there = read_summary(store.local / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
@@ -165,7 +165,9 @@ def test_a_killed_worker_fails_only_its_cell_which_is_retried_reported_and_never
     assert finished == {c: read_json(store.local / "cells" / c / "cell.json")["finished_at"] for c in finished}
 
 
-def gpu_cells(tmp_path: Path, servers: str, *, rehearse: bool = False) -> tuple[CampaignSpec, list[campaign.Cell]]:
+def gpu_cells(
+    tmp_path: Path, servers: str, *, rehearse: bool = False
+) -> tuple[CampaignSpec, list[campaign_cells.Cell]]:
     spec = CampaignSpec.model_validate_json(
         "{"
         f'"name": "g", "gpu": true, "gpu_type": "A100", "model": {{"path": "{tmp_path}", "context_len": 4096}},'
@@ -173,7 +175,7 @@ def gpu_cells(tmp_path: Path, servers: str, *, rehearse: bool = False) -> tuple[
         '"workloads": [{"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8}]'
         "}"
     )
-    return spec, campaign.expand(spec, None, rehearse=rehearse)
+    return spec, campaign_cells.expand(spec, None, rehearse=rehearse)
 
 
 def test_cell_resources_follow_tensor_parallelism_gpu_type_and_engine_kind(tmp_path: Path) -> None:

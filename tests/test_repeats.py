@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign import expand
+from bakeoff.campaign_cells import expand
 from bakeoff.errors import SpecError
 from bakeoff.specs import CampaignSpec, load_campaign
 

@@ -136,7 +136,7 @@ workloads:
 
 
 def test_a_campaign_can_say_latest_and_the_image_follows(tmp_path: Path) -> None:
-    from bakeoff.campaign import expand
+    from bakeoff.campaign_cells import expand
     from bakeoff.images import floating_tag
     from bakeoff.specs import load_campaign
 
@@ -150,7 +150,7 @@ def test_a_campaign_can_say_latest_and_the_image_follows(tmp_path: Path) -> None
 
 
 def test_image_tag_on_a_process_backend_is_refused_naming_the_field(tmp_path: Path) -> None:
-    from bakeoff.campaign import expand
+    from bakeoff.campaign_cells import expand
     from bakeoff.specs import load_campaign
 
     path = campaign_with_tag(tmp_path, "llamacpp", "latest")
@@ -168,7 +168,8 @@ def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
     from bakeoff.backends import load_backend
-    from bakeoff.campaign import Cell, _static_effort
+    from bakeoff.campaign import _static_effort
+    from bakeoff.campaign_cells import Cell
     from bakeoff.launch import ServerHandle
     from bakeoff.launch_render import RenderedLaunch
     from bakeoff.specs import ServerConfig

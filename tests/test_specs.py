@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from bakeoff.backends import MetricsSpec, RequestQuirks, load_backend
-from bakeoff.campaign import check_metric_support, validate_campaign
+from bakeoff.campaign_cells import check_metric_support, validate_campaign
 from bakeoff.errors import SpecError
 from bakeoff.specs import load_campaign
 from bakeoff.workload_specs import MultiTurn

@@ -323,7 +323,7 @@ def test_clipping_shortens_prompts_to_fit_and_says_how_many(prompts: PromptFacto
 
 
 def test_a_campaign_refuses_a_trace_that_does_not_fit_a_server(tmp_path: Path) -> None:
-    from bakeoff.campaign import expand
+    from bakeoff.campaign_cells import expand
 
     spec = CampaignSpec.model_validate(
         {

@@ -277,7 +277,8 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    from bakeoff.campaign import run_campaign, validate_campaign
+    from bakeoff.campaign import run_campaign
+    from bakeoff.campaign_cells import validate_campaign
     from bakeoff.paths import campaign_file
     from bakeoff.progress import assumptions, campaign_estimate, duration
     from bakeoff.resume import failed_cells
@@ -349,7 +350,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bakeoff.campaign import CAMPAIGN_COPY, render_report
+    from bakeoff.campaign import render_report
+    from bakeoff.notebook_params import CAMPAIGN_COPY
     from bakeoff.store import SUMMARY
 
     folder = args.campaign_dir
@@ -363,7 +365,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_advise(args: argparse.Namespace) -> int:
     from bakeoff.advisor import advise, write_campaign
-    from bakeoff.campaign import CAMPAIGN_COPY, validate_campaign
+    from bakeoff.campaign_cells import validate_campaign
+    from bakeoff.notebook_params import CAMPAIGN_COPY
 
     folder = args.campaign_dir
     if not (folder / CAMPAIGN_COPY).is_file():

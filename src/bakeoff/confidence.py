@@ -1,6 +1,6 @@
 """How sure a figure is: bootstrap intervals across repeats, and wins that exceed the noise.
 
-A cell is measured ``repeats`` times (:func:`bakeoff.campaign.order_repeats`); each repeat
+A cell is measured ``repeats`` times (:func:`bakeoff.campaign_cells.order_repeats`); each repeat
 gives one value of every figure (its P50, P99, throughput, goodput). The figure reported is
 the mean over repeats with a percentile-bootstrap interval (numpy, a fixed seed, so a report
 renders the same twice); with one repeat there is no interval, and the report says so.

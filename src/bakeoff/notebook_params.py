@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bakeoff.store import SUMMARY
 
-CAMPAIGN_COPY = "campaign.yaml"  # as written by bakeoff.campaign.prepare
+CAMPAIGN_COPY = "campaign.yaml"  # as written by bakeoff.campaign_cells.prepare
 CELL_SEPARATOR = "__"  # a cell folder is SERVER__WORKLOAD, and SERVER__WORKLOAD__rN for repeat N > 1
 
 

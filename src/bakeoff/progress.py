@@ -221,13 +221,13 @@ class CampaignProgress:
 
 
 def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:
-    """Total requests and seconds of a campaign's cells (``campaign.Cell`` objects)."""
+    """Total requests and seconds of a campaign's cells (``campaign_cells.Cell`` objects)."""
     estimates = [cell_estimate(c, restart) for c in cells]
     return sum(e.requests for e in estimates), sum(e.seconds for e in estimates)
 
 
 def cell_estimate(cell: Any, restart: bool) -> CellEstimate:
-    """One ``campaign.Cell``'s estimate, its start-up time that of the launcher it gets."""
+    """One ``campaign_cells.Cell``'s estimate, its start-up time that of the launcher it gets."""
     # Imported here: launchers reach containers, which use this module's progress bars.
     from bakeoff.launchers import launcher_kind
 

@@ -37,7 +37,8 @@ from types import ModuleType
 from typing import Any
 
 from bakeoff import resume
-from bakeoff.campaign import Cell, cell_fingerprint, prepare, render_report, run_cell
+from bakeoff.campaign import cell_fingerprint, render_report, run_cell
+from bakeoff.campaign_cells import Cell, prepare
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.launch import PID_FILE, reap_leftovers
 from bakeoff.paths import reports_dir
