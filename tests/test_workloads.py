@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from bakeoff.client import ClientSettings, PlannedRequest, request_body
 from bakeoff.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
 from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.workload_specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop
+from bakeoff.workload_specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
 from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, plans_match, save_plans
 
 
@@ -175,3 +176,28 @@ def test_plans_are_made_again_when_the_trace_file_or_tokenizer_changes(tmp_path:
     trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [1]}\n')
     tokenizer.write_text('{"changed": true}')
     assert not plans_match(tmp_path / "plans", spec, plan_inputs(wl, tokenizer, 4096))  # another tokenizer
+
+
+# One small instance of every kind in the Workload union; a new kind must be added here.
+SMALL_KINDS = {
+    "concurrency": ConcurrencySweep(levels=[2], requests_per_level=4, input_len=16, output_len=4),
+    "open_loop": OpenLoop(rates=[4.0], requests_per_rate=4, input_len=16, output_len=4),
+    "multi_turn": MultiTurn(conversations=2, turns=2, system_prompt_len=32, user_len=8, output_len=4),
+    "long_prompt_mix": LongPromptMix(short_requests=4, long_every=2, long_input_len=64, short_input_len=8),
+    "trace": Trace(path=Path("traces/mooncake-sample.jsonl"), format="mooncake", max_requests=6),
+}
+
+
+def test_every_kind_plans_costs_and_bounds_its_own_requests(builder: PlanBuilder) -> None:
+    union = get_args(get_args(Workload)[0])
+    assert {kind.model_fields["kind"].default for kind in union} == set(SMALL_KINDS), "a kind is missing here"
+    for name, wl in SMALL_KINDS.items():
+        plans = builder.build(wl)
+        assert plans and all(p.mode in ("closed", "open", "sessions") for p in plans), name
+        sent = [r for p in plans for r in p.requests] + [r for p in plans for r in p.warmup]
+        turns = sum(len(s.user_turns) for p in plans for s in p.sessions)
+        assert wl.cost().requests == len(sent) + turns, name  # the estimate counts what is planned
+        longest = wl.longest_request()
+        assert all(r.prompt_tokens + r.max_tokens <= longest for r in sent), name
+        assert builder.build(wl) == plans, name  # from the seed: the same plans every time
+        assert type(wl.for_rehearsal()) is type(wl), name

@@ -36,7 +36,7 @@ from bakeoff.store import atomic_write_bytes
 from bakeoff.telemetry import has_prefix_cache_counters
 from bakeoff.traces.plan import check_fits
 from bakeoff.workload_specs import MultiTurn, Trace, Workload
-from bakeoff.workloads import PlanBuilder, longest_request, plan_inputs, plans_match, save_plans
+from bakeoff.workloads import PlanBuilder, plan_inputs, plans_match, save_plans
 
 
 @dataclass
@@ -130,7 +130,7 @@ def expand(
         for j, wl in enumerate(spec.workloads):
             if isinstance(wl, Trace):  # counts the trace's rows that do not fit, or clips them
                 check_fits(wl, limit, f"workloads[{j}] ({wl.label})", f"{where} ({server.label})")
-            elif limit is not None and (need := longest_request(wl)) > limit:
+            elif limit is not None and (need := wl.longest_request()) > limit:
                 raise SpecError(
                     f"workloads[{j}] ({wl.label}): prompt + output need up to {need} tokens but "
                     f"{where} ({server.label}) accepts {limit}; shorten the workload or raise max_model_len"

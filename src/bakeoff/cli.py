@@ -218,7 +218,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from bakeoff.prompts import PromptFactory, load_tokenizer
     from bakeoff.report import summary_table
     from bakeoff.runner import RunTarget, execute_plan
-    from bakeoff.workloads import PlanBuilder, longest_request
+    from bakeoff.workloads import PlanBuilder
 
     if args.warmup < 0:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")
@@ -228,7 +228,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.tokenizer)
     served = {m.id: m for m in check_server(args.base_url, args.model, headers=headers)}
     limit = served[args.model].max_model_len if args.model in served else None
-    check_context(limit, longest_request(workload), args.model)
+    check_context(limit, workload.longest_request(), args.model)
     claim_out(args.out, args.force)
     if not tokenizer.exact:
         print("note: no --tokenizer given; prompt lengths are approximate (word count)", file=sys.stderr)

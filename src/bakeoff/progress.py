@@ -1,8 +1,8 @@
 """What a campaign costs before it runs, and what it is doing while it runs.
 
-:func:`estimate_cell` counts a cell's requests from its workload spec and turns them into
-a rough duration from a per-token decode time and a server start-up time; both are
-assumptions, stated in the output, and :class:`CampaignProgress` rescales the remaining
+:func:`estimate_cell` takes a cell's requests from its workload's ``cost()`` and turns
+them into a rough duration from a per-token decode time and a server start-up time; both
+are assumptions, stated in the output, and :class:`CampaignProgress` rescales the remaining
 estimate by how the finished cells actually compared with theirs. Progress lines go to
 the terminal: a line per cell when it starts (``[3/8]``, estimate, time left) and ends
 (its headline result), and a summary at the end. Live bars (:func:`bar`, tqdm) are shown
@@ -12,7 +12,6 @@ only on a terminal, never in CI logs.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import threading
@@ -26,7 +25,7 @@ from tqdm import tqdm
 
 from bakeoff.results import STAT_LABELS, StatName
 from bakeoff.store import SUMMARY, read_summary
-from bakeoff.workload_specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
+from bakeoff.workload_specs import Workload
 
 # Rough decode speeds per output token and start-up times: CPU figures from this project's
 # small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU. A
@@ -76,48 +75,12 @@ class CellEstimate:
     seconds: float
 
 
-def _requests(wl: Workload) -> tuple[int, float, float]:
-    """(requests sent, sequential decode steps, seconds fixed by the schedule) of one workload.
-
-    Decode steps become seconds at the accelerator's per-token time; open-loop arrivals,
-    think times and fixed durations take the same wall time anywhere.
-    """
-    if isinstance(wl, ConcurrencySweep):
-        count, steps, fixed = 0, 0.0, 0.0
-        for level in wl.levels:
-            n = wl.requests_for(level) + wl.warmup_requests
-            count += n
-            if wl.duration_s is None:
-                steps += math.ceil(n / level) * (wl.output_len.mean + 8)
-            else:
-                fixed += wl.duration_s
-        return count, steps, fixed
-    if isinstance(wl, OpenLoop):
-        runs = len(wl.rates) + (wl.search_steps if wl.slo_search else 0)
-        n = wl.requests_per_rate + wl.warmup_requests
-        searched = wl.search_steps * n / min(wl.rates) if wl.slo_search else 0.0
-        return runs * n, runs * (wl.output_len.mean + 8), sum(n / r for r in wl.rates) + searched
-    if isinstance(wl, MultiTurn):
-        n = wl.conversations * wl.turns + wl.warmup_requests
-        think = wl.think_time_s * wl.turns * math.ceil(wl.conversations / wl.concurrency)
-        return n, math.ceil(n / wl.concurrency) * (wl.output_len + 8), think
-    if isinstance(wl, Trace):
-        from bakeoff.traces.loading import load_trace
-
-        rows = load_trace(wl).rows
-        # Open loop: the scaled schedule's span, then the longest request still decoding at its end.
-        return len(rows) + wl.warmup_requests, max(r.output_tokens for r in rows) + 8, rows[-1].at_s * wl.time_scale
-    assert isinstance(wl, LongPromptMix)
-    n = wl.short_requests + wl.short_requests // wl.long_every + wl.warmup_requests
-    return n, wl.long_output_len + wl.short_output_len, wl.short_requests / wl.short_rate
-
-
 def estimate_cell(wl: Workload, accelerator: str, kind: str, restart: bool) -> CellEstimate:
     """Requests a cell sends and roughly how long it takes, server start(s) included."""
-    count, steps, fixed = _requests(wl)
+    cost = wl.cost()
     token_s = TOKEN_S.get(accelerator, TOKEN_S["gpu"])
     starts = START_S.get(kind, START_S["process"]) * (2 if restart and kind != "external" else 1)
-    return CellEstimate(count, steps * token_s + fixed + starts)
+    return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + starts)
 
 
 def duration(seconds: float) -> str:

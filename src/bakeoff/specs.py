@@ -16,7 +16,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from bakeoff.auth import env_name_problem, header_problem
 from bakeoff.errors import SpecError
-from bakeoff.workload_specs import OpenLoop, Strict, Trace, Workload
+from bakeoff.workload_base import Strict
+from bakeoff.workload_specs import OpenLoop, Trace, Workload
 
 SloPreset = Literal["mlperf-llama3.1-8b", "mlperf-llama2-70b", "mlperf-llama2-70b-interactive", "mlperf-llama3.1-405b"]
 

@@ -1,104 +1,46 @@
-"""The workload kinds a campaign can run, as the user writes them, and their rehearsal forms.
+"""The workload kinds a campaign can run: each one whole, in one class.
 
-Each kind is one pydantic model: a closed-loop concurrency sweep, open-loop rates,
+A kind is one pydantic model: a closed-loop concurrency sweep, open-loop rates,
 multi-turn conversations over a shared prefix, long prompts mixed into interactive
-traffic, and a production trace replay. :mod:`bakeoff.workloads` turns them into request
-plans; :mod:`bakeoff.specs` holds the campaign around them. ``Strict`` is the base of
-every user-written section: unknown keys fail loudly, naming the field.
+traffic, and a production trace replay. Each owns what differs between kinds:
+
+- its fields, as the user writes them (unknown keys fail loudly, naming the field);
+- ``plans(builder)``: its request plans and their mode (closed, open, sessions), made
+  with the prompt helpers of :class:`bakeoff.workloads.PlanBuilder`;
+- ``cost()``: requests, sequential decode steps and scheduled seconds, for estimates;
+- ``longest_request()``: prompt + output tokens, checked against each server's context;
+- ``for_rehearsal()``: the same shape, scaled down for a rehearsal.
+
+Adding a kind is a class here and its name in :data:`Workload`; what kinds share is
+:mod:`bakeoff.workload_base`, the campaign around the workloads :mod:`bakeoff.specs`.
+Planning helpers are imported where they are used: :mod:`bakeoff.workloads`
+and the trace modules read these models, so importing them at the top would be circular.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-Endpoint = Literal["completions", "chat"]
+from bakeoff.workload_base import (
+    REHEARSAL_MAX_OUTPUT,
+    Endpoint,
+    SampledLengths,
+    WorkloadBase,
+    WorkloadCost,
+    rehearsal_length,
+)
 
-
-class Strict(BaseModel):
-    """Base model: unknown keys are errors, values are validated on assignment too."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
-
-
-class LengthDist(Strict):
-    """A token-length distribution: fixed, uniform in [min, max], or normal(mean, std) clipped."""
-
-    dist: Literal["fixed", "uniform", "normal"] = "fixed"
-    mean: Annotated[int, Field(gt=0)] = 128
-    min: Annotated[int, Field(gt=0)] | None = None
-    max: Annotated[int, Field(gt=0)] | None = None
-    std: Annotated[float, Field(ge=0)] = 0.0
-
-    @model_validator(mode="after")
-    def _check_bounds(self) -> LengthDist:
-        if self.dist == "uniform" and (self.min is None or self.max is None):
-            raise ValueError("uniform lengths need both 'min' and 'max'")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"'min' ({self.min}) is larger than 'max' ({self.max})")
-        return self
-
-    @property
-    def upper(self) -> int:
-        """Largest length this distribution can produce (for context-length checks)."""
-        if self.max is not None:
-            return self.max
-        if self.dist == "normal":
-            return int(self.mean + 4 * self.std)
-        return self.mean
+if TYPE_CHECKING:
+    from bakeoff.client import PlannedRequest
+    from bakeoff.workloads import PlanBuilder, RunPlan
 
 
-def _as_length(value: object) -> object:
-    """Let users write ``input_len: 256`` as shorthand for a fixed length."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value <= 0:
-            raise ValueError(f"length must be a positive number of tokens, got {value}")
-        return {"dist": "fixed", "mean": value}
-    return value
-
-
-# A rehearsal streams at most this many tokens per request: enough chunks to exercise
-# every protocol path, few enough that concurrency 256 stays quick on two cores.
-REHEARSAL_MAX_OUTPUT = 32
-
-
-def _rehearsal_length(dist: LengthDist) -> LengthDist:
-    if dist.upper <= REHEARSAL_MAX_OUTPUT:
-        return dist
-    return LengthDist(dist="fixed", mean=REHEARSAL_MAX_OUTPUT)
-
-
-class _WorkloadBase(Strict):
-    name: str = Field(default="", description="label used in folder names; defaults to the kind")
-    endpoint: Endpoint = "completions"
-    seed: int = 0
-    warmup_requests: Annotated[int, Field(ge=0)] = 2
-    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
-    stall_timeout_s: Annotated[float, Field(gt=0)] = 30.0
-    temperature: Annotated[float, Field(ge=0)] = 0.0
-
-    @property
-    def label(self) -> str:
-        return self.name or str(getattr(self, "kind", "workload"))
-
-    def for_rehearsal(self) -> _WorkloadBase:
-        """A few requests of the same shape: a rehearsal proves the path, it measures nothing."""
-        return self.model_copy(update={"warmup_requests": min(self.warmup_requests, 2)})
-
-
-class _SampledLengths(_WorkloadBase):
-    input_len: LengthDist
-    output_len: LengthDist
-
-    @field_validator("input_len", "output_len", mode="before")
-    @classmethod
-    def _lengths(cls, value: object) -> object:
-        return _as_length(value)
-
-
-class ConcurrencySweep(_SampledLengths):
+class ConcurrencySweep(SampledLengths):
     """Closed loop: each level keeps exactly N requests in flight, measured in its steady state.
 
     The first N starts are spread over ``ramp_s`` (no lock-step waves). A level sends
@@ -130,6 +72,51 @@ class ConcurrencySweep(_SampledLengths):
         """Requests the steady-state window must hold: the level's, less a ramp and a tail."""
         return max(self.requests_for(concurrency) - 2 * concurrency, concurrency)
 
+    def pool(self, concurrency: int) -> int:
+        """Requests planned for one level: its count, or a reserve for a minimum duration.
+
+        A minimum duration (or a duration cap) needs more than the count when requests are
+        fast; four times it is planned then, and the level stops once its window has enough.
+        Every planned request is distinct: re-sending one would hit the prefix cache.
+        """
+        need = self.requests_for(concurrency)
+        if self.min_duration_s > 0 or self.duration_s is not None:
+            need = max(4 * need, 64 * concurrency)
+        return need
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+        from bakeoff.workloads import RunPlan
+
+        plans = []
+        for level in self.levels:
+            warm = builder.sampled(rng, self, self.warmup_requests, 0)
+            plans.append(
+                RunPlan(
+                    f"c{level}",
+                    "closed",
+                    spec,
+                    concurrency=level,
+                    duration_s=self.duration_s,
+                    min_requests=self.window_requests(level),
+                    min_duration_s=self.min_duration_s,
+                    ramp_s=self.ramp_s,
+                    warmup=warm,
+                    requests=builder.sampled(rng, self, self.pool(level), len(warm)),
+                )
+            )
+        return plans
+
+    def cost(self) -> WorkloadCost:
+        count, steps, fixed = 0, 0.0, 0.0
+        for level in self.levels:
+            n = self.requests_for(level) + self.warmup_requests
+            count += n
+            if self.duration_s is None:
+                steps += math.ceil(n / level) * (self.output_len.mean + 8)
+            else:
+                fixed += self.duration_s
+        return WorkloadCost(count, steps, fixed)
+
     def for_rehearsal(self) -> ConcurrencySweep:
         # One request per slot: every level still reaches its concurrency.
         return self.model_copy(
@@ -139,12 +126,12 @@ class ConcurrencySweep(_SampledLengths):
                 "requests_per_slot": 1,
                 "duration_s": None,
                 "min_duration_s": 0.0,
-                "output_len": _rehearsal_length(self.output_len),
+                "output_len": rehearsal_length(self.output_len),
             }
         )
 
 
-class OpenLoop(_SampledLengths):
+class OpenLoop(SampledLengths):
     """Open loop: arrivals at a given rate regardless of completions, so queueing shows."""
 
     kind: Literal["open_loop"] = "open_loop"
@@ -157,18 +144,45 @@ class OpenLoop(_SampledLengths):
     search_steps: Annotated[int, Field(ge=1, le=12)] = 4
     search_tolerance: Annotated[float, Field(gt=0)] = 0.15
 
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+        from bakeoff.workloads import RunPlan, arrival_times, retime
+
+        plans = []
+        for index, rate in enumerate(self.rates):
+            warm = builder.sampled(rng, self, self.warmup_requests, 0)
+            reqs = builder.sampled(rng, self, self.requests_per_rate, len(warm))
+            times = arrival_times(len(reqs), rate, self.arrival, self.burstiness, self.seed + index)
+            plans.append(
+                RunPlan(
+                    f"r{rate:g}",
+                    "open",
+                    spec,
+                    rate=rate,
+                    concurrency=self.max_concurrency,
+                    warmup=warm,
+                    requests=retime(reqs, times),
+                )
+            )
+        return plans
+
+    def cost(self) -> WorkloadCost:
+        runs = len(self.rates) + (self.search_steps if self.slo_search else 0)
+        n = self.requests_per_rate + self.warmup_requests
+        searched = self.search_steps * n / min(self.rates) if self.slo_search else 0.0
+        return WorkloadCost(runs * n, runs * (self.output_len.mean + 8), sum(n / r for r in self.rates) + searched)
+
     def for_rehearsal(self) -> OpenLoop:
         return self.model_copy(
             update={
                 "warmup_requests": min(self.warmup_requests, 2),
                 "requests_per_rate": min(self.requests_per_rate, 12),
                 "search_steps": 1,
-                "output_len": _rehearsal_length(self.output_len),
+                "output_len": rehearsal_length(self.output_len),
             }
         )
 
 
-class MultiTurn(_WorkloadBase):
+class MultiTurn(WorkloadBase):
     """Conversations sharing one system prompt; each turn appends the real assistant reply."""
 
     kind: Literal["multi_turn"] = "multi_turn"
@@ -183,6 +197,41 @@ class MultiTurn(_WorkloadBase):
     warmup_requests: Annotated[int, Field(ge=0)] = 0
     verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
 
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+        from bakeoff.workloads import RunPlan, SessionPlan
+
+        system = builder.prompts.text(self.system_prompt_len, rng)
+        sessions = [
+            SessionPlan(
+                session_id=i,
+                system_prompt=system,
+                user_turns=[builder.prompts.text(self.user_len, rng) for _ in range(self.turns)],
+                user_tokens=self.user_len,
+                output_len=self.output_len,
+                think_time_s=self.think_time_s,
+            )
+            for i in range(self.conversations)
+        ]
+        plan = RunPlan(
+            "sessions",
+            "sessions",
+            spec,
+            concurrency=self.concurrency,
+            sessions=sessions,
+            system_prompt_tokens=self.system_prompt_len,
+        )
+        return [plan]
+
+    def cost(self) -> WorkloadCost:
+        n = self.conversations * self.turns + self.warmup_requests
+        think = self.think_time_s * self.turns * math.ceil(self.conversations / self.concurrency)
+        return WorkloadCost(n, math.ceil(n / self.concurrency) * (self.output_len + 8), think)
+
+    def longest_request(self) -> int:
+        # Chat templates add a few tokens per message; 8 per message is a safe allowance.
+        per_turn = self.user_len + self.output_len + 16
+        return self.system_prompt_len + 8 + self.turns * per_turn
+
     def for_rehearsal(self) -> MultiTurn:
         return self.model_copy(
             update={
@@ -195,7 +244,7 @@ class MultiTurn(_WorkloadBase):
         )
 
 
-class LongPromptMix(_WorkloadBase):
+class LongPromptMix(WorkloadBase):
     """Short interactive requests at a steady rate with long prompts arriving among them."""
 
     kind: Literal["long_prompt_mix"] = "long_prompt_mix"
@@ -206,6 +255,31 @@ class LongPromptMix(_WorkloadBase):
     long_every: Annotated[int, Field(gt=0)] = 8
     long_input_len: Annotated[int, Field(gt=0)] = 8000
     long_output_len: Annotated[int, Field(gt=0)] = 8
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+        from bakeoff.workloads import RunPlan, arrival_times, at_arrival
+
+        times = arrival_times(self.short_requests, self.short_rate, "constant", 1.0, self.seed)
+        requests: list[PlannedRequest] = []
+        for i, at in enumerate(times):
+            short = builder.request(rng, len(requests), self, self.short_input_len, self.short_output_len, "short")
+            requests.append(at_arrival(short, at))
+            if (i + 1) % self.long_every == 0:
+                # Lands half-way between two short arrivals, so it overlaps the next ones.
+                long = builder.request(rng, len(requests), self, self.long_input_len, self.long_output_len, "long")
+                requests.append(at_arrival(long, at + 0.5 / self.short_rate))
+        warm = [
+            builder.request(rng, -1 - i, self, self.short_input_len, self.short_output_len, "short")
+            for i in range(self.warmup_requests)
+        ]
+        return [RunPlan("mix", "open", spec, rate=self.short_rate, warmup=warm, requests=requests)]
+
+    def cost(self) -> WorkloadCost:
+        n = self.short_requests + self.short_requests // self.long_every + self.warmup_requests
+        return WorkloadCost(n, self.long_output_len + self.short_output_len, self.short_requests / self.short_rate)
+
+    def longest_request(self) -> int:
+        return max(self.long_input_len + self.long_output_len, self.short_input_len + self.short_output_len)
 
     def for_rehearsal(self) -> LongPromptMix:
         return self.model_copy(
@@ -222,7 +296,7 @@ TraceFormat = Literal["mooncake", "azure", "burstgpt", "bakeoff"]
 MOONCAKE_BLOCK_SIZE = 512  # tokens per hash id in the Mooncake FAST'25 release
 
 
-class Trace(_WorkloadBase):
+class Trace(WorkloadBase):
     """Replay a production trace open loop: its arrivals (scaled), lengths and shared prefixes."""
 
     kind: Literal["trace"] = "trace"
@@ -254,6 +328,50 @@ class Trace(_WorkloadBase):
         return self.model_copy(
             update={"warmup_requests": min(self.warmup_requests, 2), "max_requests": min(self.max_requests or 12, 12)}
         )
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+        from bakeoff.traces.plan import plan_trace
+        from bakeoff.workloads import RunPlan
+
+        planned = plan_trace(self, builder.prompts, builder.context_limit)
+        requests = [
+            builder.with_text(i, self, text, row.prompt_tokens, row.output_tokens, group, at)
+            for i, (row, text, group, at) in enumerate(
+                zip(planned.rows, planned.texts, planned.classes, planned.arrivals_s, strict=True)
+            )
+        ]
+        # Warm-up takes the first rows' lengths with fresh text: it must not warm the trace's prefixes.
+        warm = [
+            builder.request(rng, -1 - i, self, row.prompt_tokens, row.output_tokens)
+            for i, row in enumerate(planned.rows[: self.warmup_requests])
+        ]
+        plan = RunPlan(
+            "trace",
+            "open",
+            spec,
+            rate=planned.info["offered_rate"],
+            concurrency=self.max_concurrency,
+            warmup=warm,
+            requests=requests,
+            block_size=planned.block_size,
+            request_blocks=[list(row.blocks) for row in planned.rows],
+            trace=planned.info,
+        )
+        return [plan]
+
+    def cost(self) -> WorkloadCost:
+        from bakeoff.traces.loading import load_trace
+
+        rows = load_trace(self).rows
+        # Open loop: the scaled schedule's span, then the longest request still decoding at its end.
+        return WorkloadCost(
+            len(rows) + self.warmup_requests, max(r.output_tokens for r in rows) + 8, rows[-1].at_s * self.time_scale
+        )
+
+    def longest_request(self) -> int:
+        from bakeoff.traces.loading import load_trace
+
+        return max(row.prompt_tokens + row.output_tokens for row in load_trace(self).rows)
 
 
 Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace, Field(discriminator="kind")]

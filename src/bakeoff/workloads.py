@@ -19,10 +19,9 @@ import orjson
 from bakeoff.client import PlannedRequest
 from bakeoff.errors import SpecError
 from bakeoff.prompts import PromptFactory
-from bakeoff.traces.loading import load_trace
-from bakeoff.traces.plan import plan_trace
 from bakeoff.traces.rows import reuse_share
-from bakeoff.workload_specs import ConcurrencySweep, LengthDist, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
+from bakeoff.workload_base import LengthDist
+from bakeoff.workload_specs import ConcurrencySweep, OpenLoop, Trace, Workload
 
 Mode = Literal["closed", "open", "sessions"]
 PLAN_INDEX = "index.json"
@@ -113,13 +112,13 @@ class PlanBuilder:
         # The smallest context among the campaign's servers: a clipped trace fits every one.
         self.context_limit = context_limit
 
-    def _request(
+    def request(
         self, rng: random.Random, rid: int, wl: Workload, in_len: int, out_len: int, group: str = ""
     ) -> PlannedRequest:
-        return self._with_text(rid, wl, self.prompts.text(in_len, rng), in_len, out_len, group)
+        return self.with_text(rid, wl, self.prompts.text(in_len, rng), in_len, out_len, group)
 
     @staticmethod
-    def _with_text(
+    def with_text(
         rid: int, wl: Workload, text: str, in_len: int, out_len: int, group: str = "", arrival_s: float = 0.0
     ) -> PlannedRequest:
         if wl.endpoint == "chat":
@@ -144,141 +143,21 @@ class PlanBuilder:
             temperature=wl.temperature,
         )
 
-    def _sampled(
+    def sampled(
         self, rng: random.Random, wl: ConcurrencySweep | OpenLoop, n: int, first_id: int
     ) -> list[PlannedRequest]:
         return [
-            self._request(rng, first_id + i, wl, sample_length(wl.input_len, rng), sample_length(wl.output_len, rng))
+            self.request(rng, first_id + i, wl, sample_length(wl.input_len, rng), sample_length(wl.output_len, rng))
             for i in range(n)
         ]
 
     def build(self, wl: Workload) -> list[RunPlan]:
-        spec = wl.model_dump(mode="json")
-        rng = random.Random(wl.seed)
-        if isinstance(wl, ConcurrencySweep):
-            plans = []
-            for level in wl.levels:
-                warm = self._sampled(rng, wl, wl.warmup_requests, 0)
-                reqs = self._sampled(rng, wl, closed_loop_pool(wl, level), len(warm))
-                plans.append(
-                    RunPlan(
-                        f"c{level}",
-                        "closed",
-                        spec,
-                        concurrency=level,
-                        duration_s=wl.duration_s,
-                        min_requests=wl.window_requests(level),
-                        min_duration_s=wl.min_duration_s,
-                        ramp_s=wl.ramp_s,
-                        warmup=warm,
-                        requests=reqs,
-                    )
-                )
-            return plans
-        if isinstance(wl, OpenLoop):
-            plans = []
-            for index, rate in enumerate(wl.rates):
-                warm = self._sampled(rng, wl, wl.warmup_requests, 0)
-                reqs = self._sampled(rng, wl, wl.requests_per_rate, len(warm))
-                times = arrival_times(len(reqs), rate, wl.arrival, wl.burstiness, wl.seed + index)
-                reqs = retime(reqs, times)
-                plans.append(
-                    RunPlan(
-                        f"r{rate:g}",
-                        "open",
-                        spec,
-                        rate=rate,
-                        concurrency=wl.max_concurrency,
-                        warmup=warm,
-                        requests=reqs,
-                    )
-                )
-            return plans
-        if isinstance(wl, MultiTurn):
-            return [self._multi_turn(wl, rng, spec)]
-        if isinstance(wl, Trace):
-            return [self._trace(wl, rng, spec)]
-        return [self._long_prompt_mix(wl, rng, spec)]
-
-    def _trace(self, wl: Trace, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
-        planned = plan_trace(wl, self.prompts, self.context_limit)
-        requests = [
-            self._with_text(i, wl, text, row.prompt_tokens, row.output_tokens, group, at)
-            for i, (row, text, group, at) in enumerate(
-                zip(planned.rows, planned.texts, planned.classes, planned.arrivals_s, strict=True)
-            )
-        ]
-        # Warm-up takes the first rows' lengths with fresh text: it must not warm the trace's prefixes.
-        warm = [
-            self._request(rng, -1 - i, wl, row.prompt_tokens, row.output_tokens)
-            for i, row in enumerate(planned.rows[: wl.warmup_requests])
-        ]
-        return RunPlan(
-            "trace",
-            "open",
-            spec,
-            rate=planned.info["offered_rate"],
-            concurrency=wl.max_concurrency,
-            warmup=warm,
-            requests=requests,
-            block_size=planned.block_size,
-            request_blocks=[list(row.blocks) for row in planned.rows],
-            trace=planned.info,
-        )
-
-    def _multi_turn(self, wl: MultiTurn, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
-        system = self.prompts.text(wl.system_prompt_len, rng)
-        sessions = [
-            SessionPlan(
-                session_id=i,
-                system_prompt=system,
-                user_turns=[self.prompts.text(wl.user_len, rng) for _ in range(wl.turns)],
-                user_tokens=wl.user_len,
-                output_len=wl.output_len,
-                think_time_s=wl.think_time_s,
-            )
-            for i in range(wl.conversations)
-        ]
-        return RunPlan(
-            "sessions",
-            "sessions",
-            spec,
-            concurrency=wl.concurrency,
-            sessions=sessions,
-            system_prompt_tokens=wl.system_prompt_len,
-        )
-
-    def _long_prompt_mix(self, wl: LongPromptMix, rng: random.Random, spec: dict[str, Any]) -> RunPlan:
-        times = arrival_times(wl.short_requests, wl.short_rate, "constant", 1.0, wl.seed)
-        requests: list[PlannedRequest] = []
-        for i, at in enumerate(times):
-            short = self._request(rng, len(requests), wl, wl.short_input_len, wl.short_output_len, "short")
-            requests.append(_at(short, at))
-            if (i + 1) % wl.long_every == 0:
-                # Lands half-way between two short arrivals, so it overlaps the next ones.
-                long = self._request(rng, len(requests), wl, wl.long_input_len, wl.long_output_len, "long")
-                requests.append(_at(long, at + 0.5 / wl.short_rate))
-        warm = [
-            self._request(rng, -1 - i, wl, wl.short_input_len, wl.short_output_len, "short")
-            for i in range(wl.warmup_requests)
-        ]
-        return RunPlan("mix", "open", spec, rate=wl.short_rate, warmup=warm, requests=requests)
+        """The workload's run plans: each kind makes its own (:mod:`bakeoff.workload_specs`)."""
+        return wl.plans(self)
 
 
-def closed_loop_pool(wl: ConcurrencySweep, level: int) -> int:
-    """Requests planned for one level: its count, or a reserve for a minimum duration.
-
-    A minimum duration (or a duration cap) needs more than the count when requests are
-    fast; four times it is planned then, and the level stops once its window has enough.
-    Every planned request is distinct: re-sending one would hit the prefix cache.
-    """
-    need = wl.requests_for(level)
-    if wl.min_duration_s > 0 or wl.duration_s is not None:
-        need = max(4 * need, 64 * level)
-    return need
-
-
-def _at(req: PlannedRequest, arrival_s: float) -> PlannedRequest:
+def at_arrival(req: PlannedRequest, arrival_s: float) -> PlannedRequest:
+    """The same request, sent ``arrival_s`` after the run starts."""
     values = asdict(req)
     values["arrival_s"] = arrival_s
     return PlannedRequest(**values)
@@ -286,7 +165,7 @@ def _at(req: PlannedRequest, arrival_s: float) -> PlannedRequest:
 
 def retime(requests: list[PlannedRequest], times: list[float]) -> list[PlannedRequest]:
     """The same requests on a new arrival schedule (SLO search keeps requests identical)."""
-    return [_at(r, t) for r, t in zip(requests, times, strict=True)]
+    return [at_arrival(r, t) for r, t in zip(requests, times, strict=True)]
 
 
 def designed_reuse(plan: RunPlan) -> float | None:
@@ -315,19 +194,6 @@ def designed_reuse(plan: RunPlan) -> float | None:
             else:
                 reused += previous + session.output_len
     return reused / total if total else None
-
-
-def longest_request(wl: Workload) -> int:
-    """Largest prompt + output tokens any request of the workload can need."""
-    if isinstance(wl, ConcurrencySweep | OpenLoop):
-        return wl.input_len.upper + wl.output_len.upper
-    if isinstance(wl, Trace):
-        return max(row.prompt_tokens + row.output_tokens for row in load_trace(wl).rows)
-    if isinstance(wl, MultiTurn):
-        # Chat templates add a few tokens per message; 8 per message is a safe allowance.
-        per_turn = wl.user_len + wl.output_len + 16
-        return wl.system_prompt_len + 8 + wl.turns * per_turn
-    return max(wl.long_input_len + wl.long_output_len, wl.short_input_len + wl.short_output_len)
 
 
 def plan_inputs(wl: Workload, tokenizer_file: Path | None, context_limit: int | None) -> dict[str, Any]:
