@@ -17,7 +17,7 @@ from bakeoff.errors import LaunchError
 from bakeoff.launch import ServerHandle
 from bakeoff.launch_render import RenderedLaunch
 from bakeoff.specs import ServerConfig, Slo
-from bakeoff.store import read_json, read_summary
+from bakeoff.store import CELL_INFO, read_json, read_summary
 from bakeoff.workload_specs import ConcurrencySweep
 from bakeoff.workloads import RunPlan, SessionPlan, save_plans
 from fake_sglang import FakeState, serve_fake
@@ -120,7 +120,7 @@ def test_run_cell_times_restarts_into_effort_and_retries_a_failed_one(
     # "replay" ran there without another restart, and c1 was not run again. Start 4 times
     # the warm restart, since no cache restart did.
     assert starts.count == 4 and set(summaries) == {"c1", "replay"}
-    effort = read_json(tmp_path / "cells" / "l__sweep" / campaign.CELL_INFO)["effort"]
+    effort = read_json(tmp_path / "cells" / "l__sweep" / CELL_INFO)["effort"]
     assert len(effort["failed_start_attempts"]) == 1 and effort["cache_restarts"] == []
     assert summaries["replay"].cache_reset.detail.startswith("fresh server")
     assert effort["warm_restart_s"] is not None

@@ -9,7 +9,15 @@ import pytest
 
 from bakeoff.records import RequestRecord
 from bakeoff.runner import salvage_runs
-from bakeoff.store import RecordJournal, atomic_write_bytes, read_journal, read_records, read_summary, write_records
+from bakeoff.store import (
+    RecordJournal,
+    atomic_write_bytes,
+    read_journal,
+    read_json_or_empty,
+    read_records,
+    read_summary,
+    write_records,
+)
 
 
 def record(i: int, ok: bool = True) -> RequestRecord:
@@ -60,3 +68,12 @@ def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path: Path) -> None
         atomic_write_bytes(target, "not bytes")  # type: ignore[arg-type]
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temp file left
+
+
+def test_optional_json_objects_read_as_empty_when_missing_or_not_an_object(tmp_path: Path) -> None:
+    path = tmp_path / "cell.json"
+    assert read_json_or_empty(path) == {}
+    path.write_text("[1, 2]")
+    assert read_json_or_empty(path) == {}
+    path.write_text('{"status": "ok"}')
+    assert read_json_or_empty(path) == {"status": "ok"}

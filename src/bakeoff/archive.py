@@ -36,12 +36,12 @@ import yaml
 from bakeoff.errors import BakeoffError, ResultsError, SpecError
 from bakeoff.rehearsal import MARKER as REHEARSAL_MARKER
 from bakeoff.results import RunSummary
-from bakeoff.store import RUN_INFO, SUMMARY, read_json, read_summary, write_json
+from bakeoff.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json
 
 HISTORY_ENV = "BAKEOFF_HISTORY"
 MANIFEST = "archive.json"
 CAMPAIGN_COPY = "campaign.yaml"  # as bakeoff.campaign writes it
-_CELL_FILES = ("cell.json", "quality.json")
+_CELL_FILES = (CELL_INFO, "quality.json")
 _RUN_FILES = (SUMMARY, RUN_INFO)
 
 

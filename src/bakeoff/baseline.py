@@ -21,7 +21,7 @@ from typing import Any
 from bakeoff import archive as arch
 from bakeoff.errors import SpecError
 from bakeoff.history import BASELINES, cell_names, load_baselines
-from bakeoff.store import SUMMARY, read_json, write_json
+from bakeoff.store import CELL_INFO, SUMMARY, read_json_or_empty, write_json
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def resolve(ref: str | Path, root: Path) -> Ref:
     path = path.resolve()
     if (path / SUMMARY).is_file() and path.parent.name == "runs" and path.parents[2].name == "cells":
         cell_dir = path.parents[1]
-        cell = read_json(cell_dir / "cell.json") if (cell_dir / "cell.json").is_file() else {}
+        cell = read_json_or_empty(cell_dir / CELL_INFO)
         return Ref(path.parents[3], cell_names(cell_dir.name, cell)[0])
     if (path / arch.MANIFEST).is_file() or (path / arch.CAMPAIGN_COPY).is_file():
         return Ref(path)
@@ -58,8 +58,7 @@ def servers_of(folder: Path) -> dict[str, list[str]]:
     """Server label -> run keys of its finished runs in a campaign folder or archive."""
     found: dict[str, list[str]] = {}
     for run in arch.finished_runs(folder):
-        cell_path = folder / "cells" / run.cell_id / "cell.json"
-        cell = read_json(cell_path) if cell_path.is_file() else {}
+        cell = read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO)
         found.setdefault(cell_names(run.cell_id, cell)[0], []).append(run.key)
     return found
 

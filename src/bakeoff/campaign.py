@@ -38,11 +38,9 @@ from bakeoff.results import Cost, Effort, RunSummary
 from bakeoff.runner import RunTarget, execute_plan, salvage_runs, versions
 from bakeoff.slo import resolve_slo, search_max_rate
 from bakeoff.specs import Slo, load_campaign
-from bakeoff.store import SUMMARY, read_summary, write_json, write_summary
+from bakeoff.store import CELL_INFO, SUMMARY, read_summary, write_json, write_summary
 from bakeoff.workload_specs import OpenLoop
 from bakeoff.workloads import RunPlan, load_plans
-
-CELL_INFO = "cell.json"
 
 
 def start_server(

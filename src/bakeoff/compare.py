@@ -30,7 +30,7 @@ from bakeoff import archive as arch
 from bakeoff.baseline import Ref, baseline_archives, resolve
 from bakeoff.errors import SpecError
 from bakeoff.history import campaign_raw, cell_names, repeat_groups, run_facts
-from bakeoff.store import read_json
+from bakeoff.store import CELL_INFO, read_json, read_json_or_empty
 from bakeoff.thresholds import (
     GATE_METRICS,
     GateMetric,
@@ -122,8 +122,7 @@ def load_side(ref: Ref) -> Side:
         )
     rates: dict[Key, list[dict[str, Reading]]] = {}
     for path in sorted(ref.folder.glob("cells/*/quality.json")):
-        cell_path = path.parent / "cell.json"
-        server, workload = cell_names(path.parent.name, read_json(cell_path) if cell_path.is_file() else {})
+        server, workload = cell_names(path.parent.name, read_json_or_empty(path.parent / CELL_INFO))
         if ref.server is None or server == ref.server:
             rates.setdefault((server, workload, QUALITY_RUN), []).append(quality_readings(read_json(path)))
     for key, found in rates.items():  # repeats that checked quality: their mean rate

@@ -210,7 +210,7 @@ def classify(server: str, workload: str, levels: Sequence[Level]) -> Diagnosis:
 
 def levels_of_cell(cell: Mapping[str, Any]) -> list[Level]:
     """A cell's closed-loop levels with their series (``cell``: one of report.load_cells)."""
-    from bakeoff.store import RUN_INFO, read_json
+    from bakeoff.store import RUN_INFO, read_json_or_empty
     from bakeoff.telemetry_series import SERIES_KEY, read_series, with_rates
 
     levels = []
@@ -220,7 +220,7 @@ def levels_of_cell(cell: Mapping[str, Any]) -> list[Level]:
         run_dir = Path(cell["dir"]) / "runs" / run
         name = summary.telemetry_series.get(SERIES_KEY)
         series = with_rates(read_series(run_dir / name)) if name and (run_dir / name).is_file() else None
-        info = read_json(run_dir / RUN_INFO) if (run_dir / RUN_INFO).is_file() else {}
+        info = read_json_or_empty(run_dir / RUN_INFO)
         latency = summary.latency
         levels.append(
             Level(

@@ -45,7 +45,7 @@ import pyarrow as pa
 from bakeoff import archive as arch
 from bakeoff.errors import SpecError
 from bakeoff.origin import FRAMEWORK_PACKAGES
-from bakeoff.store import RUN_INFO, read_json
+from bakeoff.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 from bakeoff.thresholds import GATE_METRICS, estimates, quality_readings, readings
 
 if TYPE_CHECKING:
@@ -131,16 +131,15 @@ def repeat_groups(folder: Path) -> dict[RunKey, list[arch.FinishedRun]]:
     """A folder's finished runs grouped by server, workload and run name: the repeats of each."""
     groups: dict[RunKey, list[arch.FinishedRun]] = {}
     for run in arch.finished_runs(folder):
-        server, workload = cell_names(run.cell_id, _json_or_empty(folder / "cells" / run.cell_id / "cell.json"))
+        server, workload = cell_names(run.cell_id, read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO))
         groups.setdefault((server, workload, run.run), []).append(run)
     return groups
 
 
 def run_facts(folder: Path, run: arch.FinishedRun, campaign: dict[str, Any]) -> dict[str, Any]:
     """One ``runs`` row: what ran, where, with what, and when (summary, run.json, cell.json, campaign)."""
-    info: dict[str, Any] = read_json(run.folder / RUN_INFO) if (run.folder / RUN_INFO).is_file() else {}
-    cell_path = folder / "cells" / run.cell_id / "cell.json"
-    cell: dict[str, Any] = read_json(cell_path) if cell_path.is_file() else {}
+    info = read_json_or_empty(run.folder / RUN_INFO)
+    cell = read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO)
     server_cfg = cell.get("server") or {}
     server_info = info.get("server") or {}
     server, workload = cell_names(run.cell_id, cell)
@@ -234,8 +233,8 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
                     }
                 )
         for path in sorted(folder.glob("cells/*/quality.json")):
-            server, workload = cell_names(path.parent.name, _json_or_empty(path.parent / "cell.json"))
-            for name, reading in quality_readings(_json_or_empty(path)).items():
+            server, workload = cell_names(path.parent.name, read_json_or_empty(path.parent / CELL_INFO))
+            for name, reading in quality_readings(read_json_or_empty(path)).items():
                 tables["quality"].append(
                     {
                         "archive": ident,
@@ -247,13 +246,6 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
                     }
                 )
     return tables
-
-
-def _json_or_empty(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    body = read_json(path)
-    return body if isinstance(body, dict) else {}
 
 
 def campaign_raw(folder: Path) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from bakeoff.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.rehearsal import MARKER as REHEARSAL_MARKER
 from bakeoff.runner import salvage_runs
 from bakeoff.specs import CampaignSpec, load_campaign
-from bakeoff.store import RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
+from bakeoff.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
 
 INSTALL_HINT = "pip install 'bakeoff[ray]' (pins: pip install -c constraints.txt 'bakeoff[ray]')"
 TRIES = "ray_tries.json"
@@ -203,7 +203,7 @@ def stamp_cell(cell_dir: Path, node: dict[str, Any], tries: list[dict[str, Any]]
         info_path = path.parent / RUN_INFO
         if info_path.is_file():
             write_json(info_path, {**read_json(info_path), "node": node})
-    info_path = cell_dir / resume.CELL_INFO
+    info_path = cell_dir / CELL_INFO
     if info_path.is_file():
         retried = sum(1 for t in tries if t.get("outcome") == "lost")
         write_json(info_path, {**read_json(info_path), "ray": {"node": node, "tries": tries, "retried": retried}})

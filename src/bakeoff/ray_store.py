@@ -25,9 +25,8 @@ from typing import Any
 
 from bakeoff.errors import SpecError
 from bakeoff.rehearsal import MARKER as REHEARSAL_MARKER
-from bakeoff.store import SUMMARY, atomic_write_bytes
+from bakeoff.store import CELL_INFO, SUMMARY, atomic_write_bytes
 
-CELL_INFO = "cell.json"
 CAMPAIGN_COPY = "campaign.yaml"
 # Pushed last: a run is whole once its summary is there, a cell once its cell.json is.
 _LAST = {SUMMARY: 1, CELL_INFO: 2}

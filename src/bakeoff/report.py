@@ -16,7 +16,7 @@ from bakeoff import metric_table
 from bakeoff.provenance import measured_apart_note
 from bakeoff.rehearsal import BANNER, is_rehearsal, marker
 from bakeoff.results import RunSummary
-from bakeoff.store import SUMMARY, read_json, read_summary
+from bakeoff.store import CELL_INFO, SUMMARY, read_json, read_summary
 
 # From the metric table, like the headline columns: a metric is added there, once.
 GLOSSARY = metric_table.glossary()
@@ -98,7 +98,7 @@ def _row(cell: dict[str, Any], summary: RunSummary) -> dict[str, Any]:
 def load_cells(campaign_dir: Path) -> list[dict[str, Any]]:
     """Every cell's ``cell.json`` with ``dir`` and ``summaries`` (run name -> RunSummary) added."""
     cells = []
-    for path in sorted((campaign_dir / "cells").glob("*/cell.json")):
+    for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}")):
         cell = read_json(path)
         cell["dir"] = path.parent
         cell["summaries"] = {p.parent.name: read_summary(p) for p in sorted(path.parent.glob(f"runs/*/{SUMMARY}"))}
@@ -455,7 +455,7 @@ def remeasured_table(campaign_dir: Path) -> pd.DataFrame:
             "finished requests kept": attempt["finished_requests"],
             "measured again because": attempt.get("why_measured_again"),
         }
-        for path in sorted((campaign_dir / "cells").glob("*/cell.json"))
+        for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}"))
         for attempt in read_json(path).get("earlier_attempts") or []
     ]
     return pd.DataFrame(rows)

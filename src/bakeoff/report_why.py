@@ -20,7 +20,7 @@ from bakeoff.diagnosis import diagnose_cells
 from bakeoff.plots import server_palette, telemetry_figure
 from bakeoff.report import REHEARSAL_SUFFIX, load_cells
 from bakeoff.roofline import Bandwidth, ModelShape, bandwidth, model_shape
-from bakeoff.store import RUN_INFO, read_json
+from bakeoff.store import RUN_INFO, read_json_or_empty
 from bakeoff.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
 
 ROOFLINE_NOTE = (
@@ -96,7 +96,7 @@ def _run_bandwidth(run_dir: Path, accelerator: str, override: float | None) -> B
     """The campaign's figure, else the one recorded beside the run, else this machine's."""
     if override is not None:
         return Bandwidth(float(override), "campaign memory_bandwidth_gbs")
-    info = read_json(run_dir / RUN_INFO) if (run_dir / RUN_INFO).is_file() else {}
+    info = read_json_or_empty(run_dir / RUN_INFO)
     recorded = info.get("memory_bandwidth")
     if isinstance(recorded, dict) and recorded.get("gbs"):
         return Bandwidth(float(recorded["gbs"]), str(recorded.get("source", "recorded with the run")))

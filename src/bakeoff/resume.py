@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bakeoff.store import RECORDS_JOURNAL, SUMMARY, read_journal, read_json, write_json
+from bakeoff.store import CELL_INFO, RECORDS_JOURNAL, SUMMARY, read_journal, read_json, read_json_or_empty, write_json
 
-CELL_INFO = "cell.json"
 ATTEMPTS = "attempts"
 WHY = "why.json"
 # What is left of an attempt besides its run folders; moved with them.
@@ -142,12 +141,12 @@ def earlier_attempts(cell_dir: Path) -> list[dict[str, Any]]:
     found = []
     root = cell_dir / ATTEMPTS
     for folder in sorted((p for p in root.glob("*") if p.name.isdigit()), key=lambda p: int(p.name)):
-        info = read_json(folder / CELL_INFO) if (folder / CELL_INFO).is_file() else {}
+        info = read_json_or_empty(folder / CELL_INFO)
         finished = sum(
             sum(1 for r in read_journal(j) if not r.warmup) for j in folder.glob(f"runs/*/{RECORDS_JOURNAL}")
         )
         status = info.get("status", "unknown")
-        why = read_json(folder / WHY) if (folder / WHY).is_file() else {}
+        why = read_json_or_empty(folder / WHY)
         found.append(
             {
                 "attempt": f"{ATTEMPTS}/{folder.name}",

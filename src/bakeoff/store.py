@@ -29,6 +29,7 @@ RECORDS_JOURNAL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
 SUMMARY = "summary.json"
 RUN_INFO = "run.json"
+CELL_INFO = "cell.json"  # per cell: its server, status, fingerprint, effort and attempts
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -54,6 +55,14 @@ def write_json(path: Path, value: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
+
+
+def read_json_or_empty(path: Path) -> dict[str, Any]:
+    """A JSON object file's body; ``{}`` when the file is missing or holds no object."""
+    if not path.is_file():
+        return {}
+    body = read_json(path)
+    return body if isinstance(body, dict) else {}
 
 
 def _invalid(path: Path, exc: ValidationError) -> ResultsError:
