@@ -52,6 +52,7 @@ browser:
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
 unit: venv models

@@ -187,9 +187,7 @@ def test_build_runs_every_step_then_caches(tmp_path: Path) -> None:
     runner = FakeRunner()
     built = build_engine(model, ENGINE, knobs, cache_dir=cache, run=runner, runtime="docker")
     key = engine_cache_key(model, ENGINE, knobs)
-    assert built == EngineBuild(
-        path=cache / key / "engine", seconds=built.seconds, cached=False, key=key
-    )
+    assert built == EngineBuild(path=cache / key / "engine", seconds=built.seconds, cached=False, key=key)
     assert built.seconds >= 0
     steps = runner.steps()
     assert [s[0] for s in steps] == ["python3", "trtllm-build", "sh", "rm"]
@@ -204,12 +202,8 @@ def test_build_runs_every_step_then_caches(tmp_path: Path) -> None:
     assert cached.cached and cached.path == built.path and again.calls == []
     assert cached.seconds == pytest.approx(record["seconds"])
     # A runtime knob reuses the engine; a baked one builds another.
-    assert build_engine(
-        model, ENGINE, {**knobs, "gpu_memory_utilization": 0.5}, cache_dir=cache, run=again
-    ).cached
-    other = build_engine(
-        model, ENGINE, {"max_num_seqs": 32}, cache_dir=cache, run=again, runtime="docker"
-    )
+    assert build_engine(model, ENGINE, {**knobs, "gpu_memory_utilization": 0.5}, cache_dir=cache, run=again).cached
+    other = build_engine(model, ENGINE, {"max_num_seqs": 32}, cache_dir=cache, run=again, runtime="docker")
     assert not other.cached and other.key != key
 
 
@@ -325,9 +319,7 @@ fi
 
 @_needs_bash
 @pytest.mark.parametrize("knobs", _CASES)
-def test_script_runs_the_same_steps_and_shares_the_cache(
-    knobs: dict[str, KnobValue], tmp_path: Path
-) -> None:
+def test_script_runs_the_same_steps_and_shares_the_cache(knobs: dict[str, KnobValue], tmp_path: Path) -> None:
     model, cache = _model(tmp_path), tmp_path / "cache"
     fake = tmp_path / "fake-docker"
     fake.write_text(_FAKE_RUNTIME)
@@ -345,14 +337,10 @@ def test_script_runs_the_same_steps_and_shares_the_cache(
     script_calls = [shlex.split(line) for line in log.read_text().splitlines()]
 
     runner = FakeRunner()
-    build_engine(
-        model, ENGINE, knobs, cache_dir=tmp_path / "py-cache", run=runner, runtime="docker"
-    )
+    build_engine(model, ENGINE, knobs, cache_dir=tmp_path / "py-cache", run=runner, runtime="docker")
     py_calls = [call[1:] for call in runner.calls]  # drop the runtime executable
     for call in py_calls:  # the module's work mount is its own cache folder
-        call[call.index(next(v for v in call if v.endswith(":/work")))] = (
-            f"{(cache / key).resolve()}:/work"
-        )
+        call[call.index(next(v for v in call if v.endswith(":/work")))] = f"{(cache / key).resolve()}:/work"
     assert script_calls == py_calls
 
     # The module reuses the engine the script built.
@@ -390,8 +378,6 @@ def test_real_engine_build_on_gpu(tmp_path: Path) -> None:
     model_dir = os.environ.get("BAKEOFF_TEST_LLAMA_DIR")
     if not model_dir:
         pytest.skip("set BAKEOFF_TEST_LLAMA_DIR to a small Llama checkpoint folder")
-    built = build_engine(
-        Path(model_dir), ENGINE, {"max_num_seqs": 8}, cache_dir=tmp_path, runtime=runtime
-    )
+    built = build_engine(Path(model_dir), ENGINE, {"max_num_seqs": 8}, cache_dir=tmp_path, runtime=runtime)
     assert (built.path / "config.json").is_file() and (built.path / "tokenizer").is_dir()
     assert build_engine(Path(model_dir), ENGINE, {"max_num_seqs": 8}, cache_dir=tmp_path).cached

@@ -211,7 +211,10 @@ def _saved_run(cell_dir: Path, run: str, ttfts_ms: list[float], completion_token
     ms = 1_000_000
     records = [
         RequestRecord(
-            i, start_ns=i * ms, first_token_ns=i * ms + int(t * ms), end_ns=i * ms + int(t * ms) + 1_000 * ms,
+            i,
+            start_ns=i * ms,
+            first_token_ns=i * ms + int(t * ms),
+            end_ns=i * ms + int(t * ms) + 1_000 * ms,
             completion_tokens=completion_tokens,
         )
         for i, t in enumerate(ttfts_ms)

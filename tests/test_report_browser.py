@@ -50,8 +50,6 @@ measure_warm_restart: false
 """
 
 
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
 def test_report_opens_in_chromium_self_contained_with_every_figure(
     tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch

@@ -30,6 +30,7 @@ Compare LLM serving frameworks with identical requests.
 
 Errors end as one line on stderr with exit status 2, before any server starts."""
 
+
 def _positive(name: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:

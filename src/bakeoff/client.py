@@ -488,4 +488,3 @@ def _fail(record: RequestRecord, kind: ErrorKind, message: str, texts: list[str]
         record.output_text = "".join(texts)
         record.chunk_chars = [len(t) for t in texts]
     return record
-

@@ -200,9 +200,7 @@ def build_engine(
     for number, step in enumerate(steps, start=1):
         argv = [
             *runtime_command(runtime),
-            *engine_step_args(
-                backend, step, runtime=runtime, model_dir=model_dir, work_dir=work_dir
-            ),
+            *engine_step_args(backend, step, runtime=runtime, model_dir=model_dir, work_dir=work_dir),
         ]
         status = run(argv, log_path)
         if status != 0:
@@ -212,9 +210,7 @@ def build_engine(
             )
     seconds = time.monotonic() - started
     if not (engine_dir / "config.json").is_file():
-        raise LaunchError(
-            f"engine build for {backend.name} finished but left no engine in {engine_dir}"
-        )
+        raise LaunchError(f"engine build for {backend.name} finished but left no engine in {engine_dir}")
     (work_dir / RECORD).write_text(
         json.dumps(
             {"key": key, "seconds": seconds, "image": backend.engine_build.image, "steps": steps},

@@ -300,7 +300,7 @@ METRICS: tuple[Metric, ...] = (
         "output tokens from the server's `usage`; it ends at the last content chunk, not the usage chunk or "
         "`[DONE]`. vLLM bench's TPOT is (E2E − TTFT) / (output − 1), so it adds the stream's tail and counts a "
         "several-token first chunk as one; GuideLLM's TPOT spreads the whole request latency (TTFT included) "
-        "over all output tokens; AIPerf calls this figure \"ITL\" (its per-chunk gap is bakeoff's ITL).",
+        'over all output tokens; AIPerf calls this figure "ITL" (its per-chunk gap is bakeoff\'s ITL).',
         "TPOT {stat} ms",
         _per_request(tpot_ms),
         headline=("p50", "p99"),

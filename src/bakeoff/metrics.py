@@ -107,9 +107,7 @@ def _bounds(measured: list[RequestRecord]) -> tuple[Bounds, list[RequestRecord]]
     return whole_run(measured), measured
 
 
-def summarize(
-    records: list[RequestRecord], slo: Slo | None = None, targets: WindowTargets | None = None
-) -> RunSummary:
+def summarize(records: list[RequestRecord], slo: Slo | None = None, targets: WindowTargets | None = None) -> RunSummary:
     """The measured part of ``summary.json`` for one run; warm-up records are left out.
 
     The caller adds what records cannot tell (workload, cache reset, effort, provenance).
@@ -156,9 +154,7 @@ def summarize(
         chunking=chunking,
         slo=_slo_result(inside, slo, sum(1 for r in measured if bounds.ended_inside(r)) / seconds if seconds else 0.0),
         by_group={g: latency_block([r for r in timed if r.group == g]) for g in groups},
-        ttft_ms_by_turn={
-            t: stats(v for r in timed if r.turn == t if (v := ttft_ms(r)) is not None).p50 for t in turns
-        },
+        ttft_ms_by_turn={t: stats(v for r in timed if r.turn == t if (v := ttft_ms(r)) is not None).p50 for t in turns},
     )
 
 

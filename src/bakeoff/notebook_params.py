@@ -65,9 +65,7 @@ def _campaign_folder(campaign_dir: str, unset: str) -> Path | Verdict:
     return campaign
 
 
-def bench_ready(
-    campaign_dir: str, server_label: str, workload_name: str, *, measure: bool, repeat: int = 1
-) -> Verdict:
+def bench_ready(campaign_dir: str, server_label: str, workload_name: str, *, measure: bool, repeat: int = 1) -> Verdict:
     """Check bench.ipynb's parameters against the campaign folder; never starts anything."""
     campaign = _campaign_folder(
         campaign_dir,

@@ -310,9 +310,7 @@ def model_weight_bytes(campaign_dir: Path) -> int | None:
     return sum(f.stat().st_size for f in files) or None
 
 
-def diagnose(
-    frame: pd.DataFrame, weight_bytes: int | None = None, bandwidth_gbs: float | None = None
-) -> list[str]:
+def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None, bandwidth_gbs: float | None = None) -> list[str]:
     """Plain-language findings, following the measure-first bottleneck checklist.
 
     ``bandwidth_gbs``: the machine's memory bandwidth; a decode speed implying more than it
