@@ -30,7 +30,8 @@ import orjson
 
 from bakeoff.client import ClientSettings, PlannedRequest
 from bakeoff.metrics import tpot_ms, ttft_ms
-from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.refoptions import MODEL
+from bakeoff.refserver import serve_reference
 from bakeoff.runner import RunTarget, execute_plan
 from bakeoff.store import read_records
 from bakeoff.telemetry import parse_prometheus

@@ -36,7 +36,8 @@ from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
 from bakeoff.loadgen import closed_loop
 from bakeoff.metrics import itl_ms, tpot_ms, ttft_ms
 from bakeoff.records import RequestRecord
-from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.refoptions import MODEL
+from bakeoff.refserver import serve_reference
 from bakeoff.telemetry import parse_prometheus
 
 CPU_TARGET_US = 25.0

@@ -29,7 +29,8 @@ import psutil
 from bakeoff import runner
 from bakeoff.backends import load_backend
 from bakeoff.client import ClientSettings, PlannedRequest
-from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.refoptions import MODEL
+from bakeoff.refserver import serve_reference
 from bakeoff.runner import RunTarget, execute_plan
 from bakeoff.telemetry_series import SERIES_FILE, read_series
 from bakeoff.workloads import RunPlan

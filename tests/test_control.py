@@ -28,7 +28,8 @@ from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
 from bakeoff.errors import ServerUnreachableError, SpecError
 from bakeoff.launch import free_port, probe
 from bakeoff.records import RequestRecord
-from bakeoff.refserver import MODEL, ReferenceServer, RefOptions, serve_reference
+from bakeoff.refoptions import MODEL, RefOptions
+from bakeoff.refserver import ReferenceServer, serve_reference
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:

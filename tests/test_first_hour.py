@@ -23,7 +23,8 @@ from bakeoff.progress import CampaignProgress, CellEstimate, cell_result, estima
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.provenance import measured_apart_note
 from bakeoff.records import RequestRecord
-from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.refoptions import MODEL
+from bakeoff.refserver import serve_reference
 from bakeoff.specs import load_campaign
 from bakeoff.store import write_summary
 from bakeoff.workload_specs import ConcurrencySweep, MultiTurn, OpenLoop

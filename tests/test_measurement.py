@@ -31,7 +31,8 @@ from bakeoff.launch import free_port, probe, wait_ready
 from bakeoff.loadgen import closed_loop
 from bakeoff.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
 from bakeoff.records import RequestRecord
-from bakeoff.refserver import MODEL, serve_reference
+from bakeoff.refoptions import MODEL
+from bakeoff.refserver import serve_reference
 from bakeoff.runner import RunTarget, execute_plan
 from bakeoff.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json, read_records, read_summary
 from bakeoff.telemetry import parse_prometheus

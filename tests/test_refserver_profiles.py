@@ -25,8 +25,9 @@ from aiohttp.test_utils import TestServer
 from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
 from bakeoff.records import RequestRecord
 from bakeoff.refcache import PrefixCache
+from bakeoff.refoptions import RefOptions
 from bakeoff.refprofiles import SglangProfile, make_profile
-from bakeoff.refserver import ReferenceServer, RefOptions, serve_reference
+from bakeoff.refserver import ReferenceServer, serve_reference
 from bakeoff.refwire import WireProfile
 from bakeoff.telemetry import parse_prometheus
 

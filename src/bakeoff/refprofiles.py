@@ -4,7 +4,7 @@
 as that framework's pinned version does on the wire, so a rehearsal exercises bakeoff's GPU
 path (probes, request bodies, stream parsing, scrapes, cache resets) against each framework's
 actual quirks. What a profile controls is described in :mod:`bakeoff.refwire`; timing and
-faults stay :class:`bakeoff.refserver.RefOptions`. Facts were read from each framework's
+faults stay :class:`bakeoff.refoptions.RefOptions`. Facts were read from each framework's
 released code; where the exact pinned version could not be read, the table names the source.
 
 What each profile reproduces, and where the fact comes from (paths in the framework's repo):

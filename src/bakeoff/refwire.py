@@ -1,7 +1,7 @@
 """The generic wire profile of the reference server, and the base every framework profile extends.
 
 A profile decides everything a client or bakeoff's probes can observe apart from timing and
-injected faults (those stay :class:`bakeoff.refserver.RefOptions`): health semantics, request
+injected faults (those stay :class:`bakeoff.refoptions.RefOptions`): health semantics, request
 validation, the shape of every stream chunk, where usage goes, which metric names and types
 are exported at which paths, and how the prefix cache is reset. The generic profile is
 bakeoff's own server, every quirk switchable per request; :mod:`bakeoff.refprofiles` says
