@@ -17,7 +17,7 @@ from bakeoff.engine_env import ENGINE_PYTHON_ENV, engine_python, engine_versions
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.launch_render import render_launch
 from bakeoff.notebook_params import bench_ready
-from bakeoff.runner import versions
+from bakeoff.origin import versions
 
 REPO = Path(__file__).resolve().parents[1]
 

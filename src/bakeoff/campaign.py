@@ -30,12 +30,13 @@ from bakeoff.liveness import watch_for
 from bakeoff.metrics import cost_per_million_tokens
 from bakeoff.model_source import ModelSource, resolve_model
 from bakeoff.notebook_params import CAMPAIGN_COPY
+from bakeoff.origin import versions
 from bakeoff.paths import kernel_environment, notebook, notebook_kernel, reports_dir
 from bakeoff.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.prompts import load_tokenizer
 from bakeoff.rehearsal import is_rehearsal
 from bakeoff.results import Cost, Effort, RunSummary
-from bakeoff.runner import RunTarget, execute_plan, salvage_runs, versions
+from bakeoff.runner import RunTarget, execute_plan, salvage_runs
 from bakeoff.slo import resolve_slo, search_max_rate
 from bakeoff.specs import Slo, load_campaign
 from bakeoff.store import CELL_INFO, SUMMARY, read_summary, write_json, write_summary

@@ -27,10 +27,10 @@ from bakeoff.launch_render import render_launch
 from bakeoff.model_source import resolve_model
 from bakeoff.modelgen import resolve_model_dir
 from bakeoff.notebook_params import CAMPAIGN_COPY, cell_folder_name
+from bakeoff.origin import gpu_available
 from bakeoff.prompts import PromptFactory, load_tokenizer
 from bakeoff.rehearsal import MARKER as REHEARSAL_MARKER
 from bakeoff.rehearsal import rehearsal_spec, write_marker
-from bakeoff.runner import gpu_available
 from bakeoff.specs import CampaignSpec, ServerConfig, campaign_copy, load_campaign
 from bakeoff.store import atomic_write_bytes
 from bakeoff.telemetry import has_prefix_cache_counters

