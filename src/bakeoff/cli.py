@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bakeoff.errors import BakeoffError, ServerDiedError, SpecError
+from bakeoff.bench_cmd import add_bench_options, cmd_bench
+from bakeoff.errors import BakeoffError, SpecError
 
 DESCRIPTION = """\
 Compare LLM serving frameworks with identical requests.
@@ -31,25 +32,12 @@ Compare LLM serving frameworks with identical requests.
 Errors end as one line on stderr with exit status 2, before any server starts."""
 
 
-def _positive(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {value}")
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bakeoff", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server")
-    _bench_options(bench)
+    add_bench_options(bench)
 
     model = sub.add_parser("model", help="generate the local model")
     model_sub = model.add_subparsers(dest="model_command", required=True)
@@ -149,119 +137,6 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _plain_help(child)
-
-
-def _bench_options(bench: argparse.ArgumentParser) -> None:
-    from bakeoff.bench_cmd import parse_length
-
-    bench.add_argument("--base-url", required=True, help="the server's root URL, without /v1 (http(s)://host:port)")
-    bench.add_argument("--model", required=True, help="served model name")
-    bench.add_argument("--endpoint", choices=["completions", "chat"], default="completions", help="API to call")
-    bench.add_argument(
-        "--concurrency",
-        type=_positive("--concurrency"),
-        nargs="+",
-        help="closed loop: requests in flight, one run per level; with --rate, a cap (default: no cap); "
-        "with --turns, conversations at once (default: 4)",
-    )
-    bench.add_argument(
-        "--rate", type=float, nargs="+", help="open loop: arrivals per second, one run per rate (default: closed loop)"
-    )
-    bench.add_argument("--arrival", choices=["poisson", "gamma", "constant"], default="poisson", help="--rate arrivals")
-    bench.add_argument("--burstiness", type=float, default=1.0, help="gamma arrivals: below 1 is burstier")
-    bench.add_argument(
-        "--turns", type=_positive("--turns"), help="multi-turn conversations of N turns, chat endpoint (default: off)"
-    )
-    bench.add_argument("--conversations", type=_positive("--conversations"), default=8, help="with --turns")
-    bench.add_argument("--system-prompt-len", type=_positive("--system-prompt-len"), default=1024, help="with --turns")
-    bench.add_argument(
-        "--num-requests", type=_positive("--num-requests"), default=64, help="measured requests per level or rate"
-    )
-    length = "N, uniform:MIN:MAX or normal:MEAN:STD tokens"
-    bench.add_argument("--input-len", type=parse_length, default="256", help=f"prompt length: {length}")
-    bench.add_argument("--output-len", type=parse_length, default="64", help=f"output length: {length}")
-    bench.add_argument("--warmup", type=int, default=2, help="warm-up requests, not counted")
-    bench.add_argument(
-        "--tokenizer", type=Path, help="model folder or tokenizer.json for exact prompt lengths (default: approximate)"
-    )
-    bench.add_argument("--request-timeout", type=float, default=120.0, help="seconds per request")
-    bench.add_argument("--stall-timeout", type=float, default=30.0, help="seconds without a byte before giving up")
-    bench.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to open a connection")
-    bench.add_argument("--no-ignore-eos", action="store_true", help="for servers that reject ignore_eos")
-    bench.add_argument(
-        "--no-min-tokens",
-        action="store_true",
-        help="do not send min_tokens = max_tokens (for servers that reject the field)",
-    )
-    bench.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help="environment variable holding the server's API key, sent as 'Authorization: Bearer' on every request "
-        "(default: no key)",
-    )
-    bench.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME:VALUE",
-        help="extra header on every request, repeatable (secrets belong in --api-key-env)",
-    )
-    bench.add_argument("--seed", type=int, default=0, help="seed of the prompts and lengths")
-    bench.add_argument("--out", type=Path, required=True, help="run folder to write; must be new unless --force")
-    bench.add_argument("--force", action="store_true", help="replace the results already in --out")
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from bakeoff.auth import parse_header_arg, request_headers
-    from bakeoff.bench_cmd import bench_workload, check_context, claim_out, print_failures
-    from bakeoff.client import ClientSettings
-    from bakeoff.control import check_server
-    from bakeoff.prompts import PromptFactory, load_tokenizer
-    from bakeoff.report import summary_table
-    from bakeoff.runner import RunTarget, execute_plan
-    from bakeoff.workloads import PlanBuilder
-
-    if args.warmup < 0:
-        raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")
-    # Everything checkable is checked before the first request is sent.
-    workload = bench_workload(args)
-    headers = request_headers(args.api_key_env, dict(parse_header_arg(h) for h in args.header))
-    tokenizer = load_tokenizer(args.tokenizer)
-    served = {m.id: m for m in check_server(args.base_url, args.model, headers=headers)}
-    limit = served[args.model].max_model_len if args.model in served else None
-    check_context(limit, workload.longest_request(), args.model)
-    claim_out(args.out, args.force)
-    if not tokenizer.exact:
-        print("note: no --tokenizer given; prompt lengths are approximate (word count)", file=sys.stderr)
-    plans = PlanBuilder(PromptFactory(tokenizer)).build(workload)
-    settings = ClientSettings(
-        base_url=args.base_url,
-        model=args.model,
-        extra_body={} if args.no_ignore_eos else {"ignore_eos": True},
-        request_timeout_s=args.request_timeout,
-        stall_timeout_s=args.stall_timeout,
-        count_tokens=tokenizer.count if tokenizer.exact else None,
-        headers=headers,
-        min_tokens=not args.no_min_tokens,
-        connect_timeout_s=args.connect_timeout,
-    )
-    target = RunTarget(settings, server_info={"base_url": args.base_url, "external": True})
-    summaries = {}
-    for plan in plans:
-        # One plan writes straight into --out (as before); a sweep gets a folder per run.
-        run_dir = args.out if len(plans) == 1 else args.out / plan.name
-        try:
-            summaries[plan.name] = summary = execute_plan(plan, target, run_dir)
-        except ServerDiedError:
-            print_failures(run_dir)  # what the server said before it died
-            raise
-        if summary.short_completions.warning:
-            where = "" if len(plans) == 1 else f"{plan.name}: "
-            print(f"warning: {where}{summary.short_completions.warning}", file=sys.stderr)
-        print_failures(run_dir)
-    print(summary_table(summaries))
-    print(f"results: {args.out}")
-    return 0 if all(s.requests.ok > 0 for s in summaries.values()) else 1
 
 
 def cmd_model(args: argparse.Namespace) -> int:
