@@ -81,6 +81,14 @@ def test_why_sections_read_the_saved_folder(folder: Path) -> None:
     assert "max_num_seqs" in report_why.advice_markdown(folder)
 
 
+def test_findings_leave_the_bandwidth_floor_to_the_roofline(folder: Path) -> None:
+    # One place answers "how close to the memory-bandwidth floor": the roofline, not the findings too.
+    findings = report.diagnose(report.results_frame(folder))
+    roofline = report_why.roofline_notes(report_why.roofline_table(folder))
+    assert any("memory-bandwidth floor" in n for n in roofline)
+    assert findings and not any("GB/s" in n or "bandwidth floor" in n for n in findings), findings
+
+
 def test_an_impossible_tpot_is_called_a_measurement_problem(folder: Path) -> None:
     table = report_why.roofline_table(folder)
     table.loc[0, "efficiency"] = 3.0

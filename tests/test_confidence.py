@@ -11,7 +11,7 @@ import yaml
 from bakeoff.confidence import bootstrap_mean, difference, estimate
 from bakeoff.metrics import COALESCED_LIMIT, summarize
 from bakeoff.records import RequestRecord
-from bakeoff.report import confidence_table, diagnose, verdict_section
+from bakeoff.report import confidence_table, verdict_section
 from bakeoff.results import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
 from bakeoff.store import write_json, write_summary
 from bakeoff.verdict import verdicts
@@ -81,28 +81,6 @@ def test_coalesced_chunks_mark_itl_and_tpot_unsupported() -> None:
         assert not summary.latency.get(key).supported("p50")
     assert summary.latency.ttft_ms.unsupported is None and summary.latency.ttft_ms.p50 == pytest.approx(100.0)
     assert estimate([summary], "tpot_ms", "p50").text().startswith("unsupported: chunks coalesced")
-
-
-def test_a_decode_speed_beyond_the_bandwidth_is_a_measurement_problem() -> None:
-    frame = pd.DataFrame(
-        [
-            {
-                "workload": "w",
-                "server": "llamacpp",
-                "mode": "closed",
-                "concurrency": 1,
-                "tpot_ms_p50": 0.42,
-                "output_tok_s": 100.0,
-                "ttft_ms_p50": 5.0,
-                "ttft_ms_p99": 6.0,
-                "failed": 0,
-                "run": "c1",
-            }
-        ]
-    )
-    notes = diagnose(frame, weight_bytes=149_000_000, bandwidth_gbs=42.0)
-    assert any("measurement problem" in n and "355 GB/s" in n and "42 GB/s" in n for n in notes)
-    assert not any("compare with the memory bandwidth" in n for n in notes)
 
 
 def campaign(tmp_path: Path, runs: dict[str, dict[int, list[float]]]) -> Path:

@@ -298,23 +298,14 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).round(2)
 
 
-def model_weight_bytes(campaign_dir: Path) -> int | None:
-    """Bytes of weights the campaign's model reads per decode step (its safetensors)."""
-    import yaml
-
-    from bakeoff.paths import models_dir
-
-    model = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()).get("model", {})
-    folder = Path(model["path"]) if model.get("path") else models_dir() / str(model.get("preset"))
-    files = list(folder.glob("*.safetensors"))
-    return sum(f.stat().st_size for f in files) or None
-
-
-def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None, bandwidth_gbs: float | None = None) -> list[str]:
+def diagnose(frame: pd.DataFrame) -> list[str]:
     """Plain-language findings, following the measure-first bottleneck checklist.
 
-    ``bandwidth_gbs``: the machine's memory bandwidth; a decode speed implying more than it
-    is a measurement problem (coalesced chunks, a wrong model size), never a finding.
+    How batching scaled throughput, whether requests queued for admission, and what the
+    protocol showed (reuse not realised, failed requests, coalesced chunks, short
+    windows). How close decode came to the memory-bandwidth floor, and a decode speed no
+    memory could deliver (a measurement problem), are the roofline's, in the "Why" section
+    (:func:`bakeoff.report_why.roofline_notes`): said once, with the KV cache counted.
     """
     notes: list[str] = []
     if "rehearsal" in frame and frame["rehearsal"].any():
@@ -327,23 +318,6 @@ def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None, bandwidth_gbs
             _protocol_notes(notes, workload, server, group)
             continue
         closed = group[group["mode"] == "closed"].sort_values("concurrency")
-        single = closed[closed["concurrency"] == 1]
-        implied = _implied_bandwidth(single, weight_bytes)
-        if implied is not None and bandwidth_gbs is not None and implied > bandwidth_gbs:
-            notes.append(
-                f"{server} / {workload}: measurement problem, not a finding — TPOT implies reading the weights at "
-                f"{implied:,.0f} GB/s, above this machine's {bandwidth_gbs:,.0f} GB/s memory bandwidth. "
-                "The chunk timestamps do not time decoding (chunks coalesced into one read, or the stream was "
-                "buffered); trust TTFT, E2E and throughput for this server, not TPOT or tok/s per user."
-            )
-        elif implied is not None and weight_bytes:
-            tpot = float(single.iloc[0]["tpot_ms_p50"])
-            notes.append(
-                f"{server} / {workload}: alone, each output token took {tpot:.1f} ms; reading "
-                f"{weight_bytes / 1e6:,.0f} MB of weights once per token is {weight_bytes / tpot / 1e6:.1f} GB/s "
-                "— compare with the memory bandwidth: near it, decode is bandwidth-bound and only "
-                "batching, quantization or speculative decoding make it faster."
-            )
         if len(closed) >= 2:
             lo, hi = closed.iloc[0], closed.iloc[-1]
             scale = hi["concurrency"] / lo["concurrency"]
@@ -369,16 +343,6 @@ def diagnose(frame: pd.DataFrame, weight_bytes: int | None = None, bandwidth_gbs
                 )
         _protocol_notes(notes, workload, server, group)
     return notes
-
-
-def _implied_bandwidth(single: pd.DataFrame, weight_bytes: int | None) -> float | None:
-    """GB/s of weight reads a concurrency-1 TPOT P50 implies (one full read per token); None without one."""
-    if not weight_bytes or single.empty:
-        return None
-    tpot = single.iloc[0]["tpot_ms_p50"]
-    if tpot is None or pd.isna(tpot) or tpot <= 0:
-        return None
-    return float(weight_bytes / float(tpot) / 1e6)
 
 
 def _protocol_notes(notes: list[str], workload: object, server: object, group: pd.DataFrame) -> None:
@@ -471,13 +435,3 @@ def confidence_table(campaign_dir: Path) -> pd.DataFrame:
     from bakeoff import verdict
 
     return pd.DataFrame(verdict.figures_table(campaign_dir))
-
-
-def campaign_bandwidth_gbs(campaign_dir: Path) -> float | None:
-    """The lowest memory bandwidth any run recorded (``run.json``): what decode speeds are checked against."""
-    found = [
-        float(bw["gbs"])
-        for path in (campaign_dir / "cells").glob("*/runs/*/run.json")
-        if isinstance(bw := read_json(path).get("memory_bandwidth"), dict) and bw.get("gbs")
-    ]
-    return min(found, default=None)
