@@ -240,11 +240,13 @@ def test_a_finished_cell_is_summed_up_by_its_best_run_with_a_supported_ttft(tmp_
 # --- report provenance ------------------------------------------------------------------
 
 
-def _run(folder: Path, cell: str, start: dt.datetime, versions: dict[str, str]) -> None:
+def _run(folder: Path, cell: str, start: dt.datetime, versions: dict[str, str], image: str | None = None) -> None:
     run = folder / "cells" / cell / "runs" / "c1"
     run.mkdir(parents=True)
     end = start + dt.timedelta(minutes=2)
     info = {"started_at": start.isoformat(), "finished_at": end.isoformat(), "versions": versions}
+    if image is not None:
+        info["server"] = {"image": image}
     (run / "run.json").write_text(json.dumps(info))
 
 
@@ -258,6 +260,18 @@ def test_a_report_says_when_cells_were_measured_apart(tmp_path: Path) -> None:
     assert note is not None
     assert "2 separate sittings" in note and "different software versions" in note
     assert "| c__w | 2026-03-03 09:00" in note and "bakeoff 1.1" in note and "| a__w | 2026-03-01 09:00" in note
+
+
+def test_each_framework_s_own_image_is_not_a_change_of_software_but_one_server_s_new_image_is(tmp_path: Path) -> None:
+    t0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
+    harness = {"bakeoff": "1.0", "aiohttp": "3.14"}
+    _run(tmp_path, "vllm__w", t0, harness, image="vllm/vllm-openai:v0.31.0")
+    _run(tmp_path, "sglang__w", t0 + dt.timedelta(minutes=5), harness, image="lmsysorg/sglang:v0.5.18")
+    assert measured_apart_note(tmp_path) is None  # the comparison itself: one image per framework
+    _run(tmp_path, "vllm__w__r2", t0 + dt.timedelta(minutes=10), harness, image="vllm/vllm-openai:v0.32.0")
+    note = measured_apart_note(tmp_path)
+    assert note is not None and "different software versions" in note and "separate sittings" not in note
+    assert "image vllm/vllm-openai:v0.32.0" in note
 
 
 # --- bench ------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ class RehearsedCampaign:
         for heading in headings:
             assert "REHEARSAL" in heading, heading
         assert "[rehearsal]" in html  # server labels in the tables carry the mark
+        assert "Rehearsal: no verdict is drawn" in html and "No sweep" not in html
 
 
 class TestRehearsalAgent3kContext(RehearsedCampaign):

@@ -20,7 +20,8 @@ from typing import Any
 
 from bakeoff import archive as arch
 from bakeoff.errors import SpecError
-from bakeoff.history import BASELINES, cell_names, load_baselines
+from bakeoff.history import BASELINES, load_baselines
+from bakeoff.notebook_params import cell_names
 from bakeoff.store import CELL_INFO, SUMMARY, read_json_or_empty, write_json
 
 

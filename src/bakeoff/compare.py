@@ -29,7 +29,8 @@ import yaml
 from bakeoff import archive as arch
 from bakeoff.baseline import Ref, baseline_archives, resolve
 from bakeoff.errors import SpecError
-from bakeoff.history import campaign_raw, cell_names, repeat_groups, run_facts
+from bakeoff.history import campaign_raw, repeat_groups, run_facts
+from bakeoff.notebook_params import cell_names
 from bakeoff.store import CELL_INFO, read_json, read_json_or_empty
 from bakeoff.thresholds import (
     GATE_METRICS,

@@ -34,7 +34,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +43,7 @@ import pyarrow as pa
 
 from bakeoff import archive as arch
 from bakeoff.errors import SpecError
+from bakeoff.notebook_params import cell_names
 from bakeoff.origin import FRAMEWORK_PACKAGES
 from bakeoff.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 from bakeoff.thresholds import GATE_METRICS, estimates, quality_readings, readings
@@ -111,17 +111,6 @@ def _framework(summary_version: str | None, info: dict[str, Any]) -> str | None:
         return summary_version
     engine = (info.get("versions") or {}).get("engine") or {}
     return next((str(engine[p]) for p in FRAMEWORK_PACKAGES if isinstance(engine, dict) and engine.get(p)), None)
-
-
-def cell_names(cell_id: str, cell: dict[str, Any]) -> tuple[str, str]:
-    """(server label, workload) of a cell, from its cell.json, else from its folder name.
-
-    Repeats of a cell (``SERVER__WORKLOAD__rN``) name the same server and workload.
-    """
-    label, _, workload = cell_id.partition("__")
-    workload = re.sub(r"__r\d+$", "", workload)
-    server = cell.get("server") or {}
-    return str(server.get("label") or label), str(cell.get("workload") or workload)
 
 
 RunKey = tuple[str, str, str]  # server, workload, run: what repeats share

@@ -9,8 +9,10 @@ from. :func:`bench_ready` decides, and says why in Markdown when the answer is n
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bakeoff.store import SUMMARY
 
@@ -22,6 +24,17 @@ def cell_folder_name(server_label: str, workload_name: str, repeat: int = 1) -> 
     """The folder of one repeat of a cell; repeat 1 keeps the plain name (campaigns without repeats)."""
     base = f"{server_label}{CELL_SEPARATOR}{workload_name}"
     return base if repeat == 1 else f"{base}{CELL_SEPARATOR}r{repeat}"
+
+
+def cell_names(cell_id: str, cell: dict[str, Any]) -> tuple[str, str]:
+    """(server label, workload) of a cell, from its cell.json, else from its folder name.
+
+    Repeats of a cell (``SERVER__WORKLOAD__rN``) name the same server and workload.
+    """
+    label, _, workload = cell_id.partition(CELL_SEPARATOR)
+    workload = re.sub(rf"{CELL_SEPARATOR}r\d+$", "", workload)
+    server = cell.get("server") or {}
+    return str(server.get("label") or label), str(cell.get("workload") or workload)
 
 
 @dataclass(frozen=True)

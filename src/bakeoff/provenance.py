@@ -5,7 +5,10 @@ an existing folder, or a re-run that resumes after an interruption. Their result
 still compared side by side, so the report must say so: :func:`measured_apart_note`
 returns a note listing each cell's measurement window and versions when the cells were
 not measured in one sitting (a pause longer than :data:`SITTING_GAP_S` between one
-cell's end and the next one's start) or not with the same software.
+cell's end and the next one's start) or not with the same software: the harness's
+packages differ between cells, or one server ran a different image or engine version in
+different cells. Different frameworks' own images are what a campaign compares, not a
+change of software.
 """
 
 from __future__ import annotations
@@ -14,19 +17,33 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from bakeoff.store import RUN_INFO, read_json
+from bakeoff.notebook_params import cell_names
+from bakeoff.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 
 # Longer than any one server start (a TensorRT-LLM engine build included): a gap beyond
 # it means somebody came back later.
 SITTING_GAP_S = 3600.0
 
 
+# Version entries that belong to the server under test; every other entry is the harness's.
+_FRAMEWORK_KEYS = ("image", "engine")
+
+
 @dataclass(frozen=True)
 class CellWhen:
     cell_id: str
+    server: str
     started: dt.datetime
     finished: dt.datetime
-    versions: str
+    versions: dict[str, str]
+
+    @property
+    def text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items())) or "not recorded"
+
+    def part(self, framework: bool) -> str:
+        """The harness's versions (``framework`` False) or the server's own (True), as one key."""
+        return repr(sorted((k, v) for k, v in self.versions.items() if (k in _FRAMEWORK_KEYS) == framework))
 
 
 def _time(text: object) -> dt.datetime | None:
@@ -51,8 +68,8 @@ def cell_times(campaign_dir: Path) -> list[CellWhen]:
             image = (info.get("server") or {}).get("image")
             if image:
                 versions["image"] = str(image)
-        text = ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "not recorded"
-        found.append(CellWhen(cell_dir.name, min(starts), max(ends), text))
+        server, _ = cell_names(cell_dir.name, read_json_or_empty(cell_dir / CELL_INFO))
+        found.append(CellWhen(cell_dir.name, server, min(starts), max(ends), versions))
     return sorted(found, key=lambda c: c.started)
 
 
@@ -71,13 +88,17 @@ def measured_apart_note(campaign_dir: Path) -> str | None:
     """Markdown saying the cells were measured at different times or versions, or None."""
     cells = cell_times(campaign_dir)
     groups = sittings(cells)
-    software = {c.versions for c in cells}
-    if len(groups) <= 1 and len(software) <= 1:
+    harness = {c.part(framework=False) for c in cells}
+    servers_changed = any(
+        len({c.part(framework=True) for c in cells if c.server == server}) > 1 for server in {c.server for c in cells}
+    )
+    software_changed = len(harness) > 1 or servers_changed
+    if len(groups) <= 1 and not software_changed:
         return None
     why = []
     if len(groups) > 1:
         why.append(f"in {len(groups)} separate sittings")
-    if len(software) > 1:
+    if software_changed:
         why.append("with different software versions")
     lines = [
         f"> **Cells measured {' and '.join(why)}.** Compare them with care: the machine, its load and the "
@@ -88,5 +109,5 @@ def measured_apart_note(campaign_dir: Path) -> str | None:
     ]
     for cell in cells:
         window = f"{cell.started:%Y-%m-%d %H:%M} – {cell.finished:%H:%M}"
-        lines.append(f"> | {cell.cell_id} | {window} | {cell.versions} |")
+        lines.append(f"> | {cell.cell_id} | {window} | {cell.text} |")
     return "\n".join(lines)

@@ -426,7 +426,11 @@ def remeasured_table(campaign_dir: Path) -> pd.DataFrame:
 def verdict_section(campaign_dir: Path) -> str:
     """The verdict the report opens with (:mod:`bakeoff.verdict`), as markdown."""
     from bakeoff import verdict
+    from bakeoff.rehearsal import is_rehearsal
 
+    if is_rehearsal(campaign_dir):
+        # Its runs are left out of every verdict; "no sweep" would read as a missing workload.
+        return "Rehearsal: no verdict is drawn. Every server was a reference-server stand-in, not a framework."
     return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir))
 
 
