@@ -41,9 +41,9 @@ class CellWhen:
     def text(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items())) or "not recorded"
 
-    def part(self, framework: bool) -> str:
-        """The harness's versions (``framework`` False) or the server's own (True), as one key."""
-        return repr(sorted((k, v) for k, v in self.versions.items() if (k in _FRAMEWORK_KEYS) == framework))
+    def part(self, framework: bool) -> tuple[tuple[str, str], ...]:
+        """The harness's versions (``framework`` False) or the server's own (True), comparable."""
+        return tuple(sorted((k, v) for k, v in self.versions.items() if (k in _FRAMEWORK_KEYS) == framework))
 
 
 def _time(text: object) -> dt.datetime | None:
