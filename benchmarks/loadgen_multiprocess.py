@@ -2,7 +2,7 @@
 
 Drives the reference server (exactly known timing) through ``execute_plan`` with a
 closed loop at a chunk rate chosen to exceed what one client process sustains, first
-from one process, then from several (:mod:`bakeoff.multiload`), and prints for each:
+from one process, then from several (:mod:`bakeoff.measure.multiload`), and prints for each:
 mean TTFT and TPOT against the configured truth (percent error), each client process's
 CPU share, and the server's own lateness (its pacer's mean delay per chunk), which tells
 client error from server error. Also prints what ``auto`` would have chosen.
@@ -28,14 +28,14 @@ from typing import Any
 
 import orjson
 
-from bakeoff.client import ClientSettings, PlannedRequest
-from bakeoff.metrics import tpot_ms, ttft_ms
-from bakeoff.refoptions import MODEL
-from bakeoff.refserver import serve_reference
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.store import read_records
-from bakeoff.telemetry import parse_prometheus
-from bakeoff.workloads import RunPlan
+from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.measure.client import ClientSettings
+from bakeoff.measure.metrics import tpot_ms, ttft_ms
+from bakeoff.observe.telemetry import parse_prometheus
+from bakeoff.ref.options import MODEL
+from bakeoff.results.store import read_records
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 ERROR_TARGET_PCT = 1.0
 

@@ -32,13 +32,14 @@ from typing import Any, cast
 import orjson
 import uvloop
 
-from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
-from bakeoff.loadgen import closed_loop
-from bakeoff.metrics import itl_ms, tpot_ms, ttft_ms
-from bakeoff.records import RequestRecord
-from bakeoff.refoptions import MODEL
-from bakeoff.refserver import serve_reference
-from bakeoff.telemetry import parse_prometheus
+from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.measure.loadgen import closed_loop
+from bakeoff.measure.metrics import itl_ms, tpot_ms, ttft_ms
+from bakeoff.observe.telemetry import parse_prometheus
+from bakeoff.ref.options import MODEL
+from bakeoff.results.records import RequestRecord
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest
 
 CPU_TARGET_US = 25.0
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bakeoff.campaign import render_report, run_campaign
+from bakeoff.campaign.execute import render_report, run_campaign
 from bakeoff.paths import campaign_file
 
 

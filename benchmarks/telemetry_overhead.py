@@ -26,14 +26,14 @@ from typing import Any
 import orjson
 import psutil
 
-from bakeoff import runner
-from bakeoff.backends import load_backend
-from bakeoff.client import ClientSettings, PlannedRequest
-from bakeoff.refoptions import MODEL
-from bakeoff.refserver import serve_reference
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.telemetry_series import SERIES_FILE, read_series
-from bakeoff.workloads import RunPlan
+from bakeoff.campaign import runner
+from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.measure.client import ClientSettings
+from bakeoff.observe.telemetry_series import SERIES_FILE, read_series
+from bakeoff.ref.options import MODEL
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 TTFT_MS, ITL_MS, TOKENS, CONCURRENCY, REQUESTS = 20.0, 10.0, 64, 16, 96
 

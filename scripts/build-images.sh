@@ -6,7 +6,7 @@
 #
 # An image whose tag already exists is skipped (set BAKEOFF_REBUILD=1 to rebuild). Each
 # build's wall time goes to $BAKEOFF_CACHE_DIR/images.json (default ~/.cache/bakeoff), which
-# bakeoff.images reads so reports can show the engineering effort an image cost.
+# bakeoff.serving.images reads so reports can show the engineering effort an image cost.
 #
 # Builds reuse the host pip's settings (`pip config list`): the wheels of its find-links
 # folders, its index URLs as build args (local file:// indexes are mounted read-only at

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.modelgen import model_is_ready
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.models.modelgen import model_is_ready
 from bakeoff.paths import models_dir
-from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.specs import load_campaign
-from bakeoff.workloads import PlanBuilder
+from bakeoff.workloads.plans import PlanBuilder
+from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 from engines import EngineSet, StartingEngines, distinct_configurations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def small_model() -> Path:
 @pytest.fixture(autouse=True, scope="session")
 def _history_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Campaigns run by tests archive into a temporary history, never into reports/.history."""
-    from bakeoff.archive import HISTORY_ENV
+    from bakeoff.history.archive import HISTORY_ENV
 
     mp = pytest.MonkeyPatch()
     mp.setenv(HISTORY_ENV, str(tmp_path_factory.mktemp("history")))

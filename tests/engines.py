@@ -21,13 +21,13 @@ from pathlib import Path
 import psutil
 import yaml
 
-from bakeoff.backends import KnobValue, load_backend
-from bakeoff.engine_env import interpreter
-from bakeoff.launch import ServerHandle, free_port, run_local_process
-from bakeoff.launch_render import render_launch
-from bakeoff.report import load_cells
-from bakeoff.results import RunSummary
-from bakeoff.specs import load_campaign
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.results.layout import load_cells
+from bakeoff.results.summary import RunSummary
+from bakeoff.serving.backends import KnobValue, load_backend
+from bakeoff.serving.engine_env import interpreter
+from bakeoff.serving.launch_render import render_launch
+from bakeoff.serving.process import ServerHandle, free_port, run_local_process
 
 
 @dataclass
@@ -184,4 +184,4 @@ def campaign_against(path: Path, engines: Mapping[str, Engine], dest: Path, *, r
 
 def summaries_by_server(out: Path) -> dict[str, RunSummary]:
     """Each server's one run in a campaign folder of one workload and one repeat."""
-    return {c["server"]["label"]: next(iter(c["summaries"].values())) for c in load_cells(out)}
+    return {c.label: next(iter(c.summaries.values())) for c in load_cells(out)}

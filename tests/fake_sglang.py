@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bakeoff.launch import free_port
+from bakeoff.serving.process import free_port
 
 BLOCK = 4  # words per cache block
 

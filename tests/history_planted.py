@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from bakeoff.results import (
+from bakeoff.results.store import write_json, write_summary
+from bakeoff.results.summary import (
     Latency,
     Provenance,
     Requests,
@@ -23,7 +24,6 @@ from bakeoff.results import (
     Tokens,
     WorkloadInfo,
 )
-from bakeoff.store import write_json, write_summary
 
 T0 = dt.datetime(2026, 1, 5, 2, 0, tzinfo=dt.UTC)
 

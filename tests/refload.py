@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bakeoff.client import ClientSettings, StreamingClient
-from bakeoff.loadgen import run_plan
-from bakeoff.records import RequestRecord
-from bakeoff.workloads import RunPlan
+from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.measure.loadgen import run_plan
+from bakeoff.results.records import RequestRecord
+from bakeoff.workloads.plans import RunPlan
 
 MODEL = "bakeoff-ref"
 

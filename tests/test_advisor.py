@@ -8,12 +8,13 @@ import pytest
 import yaml
 
 import why_planted as planted
-from bakeoff import report, report_why
-from bakeoff.advisor import advise, next_step
-from bakeoff.backends import load_backend
-from bakeoff.cli import main
-from bakeoff.diagnosis import classify
-from bakeoff.specs import load_campaign
+from bakeoff.analysis.advisor import advise, next_step
+from bakeoff.analysis.diagnosis import classify
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.cli.main import main
+from bakeoff.report import explain as report_why
+from bakeoff.report import tables as report
+from bakeoff.serving.backends import load_backend
 
 
 @pytest.fixture

@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from bakeoff.auth import check_headers, header_names, parse_header_arg, request_headers
-from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient, header_block
 from bakeoff.errors import SpecError
+from bakeoff.measure.auth import check_headers, header_names, parse_header_arg, request_headers
+from bakeoff.measure.client import ClientSettings, StreamingClient, header_block
+from bakeoff.workloads.plans import PlannedRequest
 
 
 def test_bearer_key_comes_from_the_named_variable() -> None:

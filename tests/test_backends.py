@@ -1,4 +1,4 @@
-"""Tests of bakeoff.backends and the backend YAMLs: every knob rendered, every refusal.
+"""Tests of bakeoff.serving.backends and the backend YAMLs: every knob rendered, every refusal.
 
 Every YAML in ``backends/`` is loaded, and every knob it maps is rendered with a
 non-default value and checked where it must land: the flag and its value in argv, the
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.backend_review import describe_launch
-from bakeoff.backends import (
+from bakeoff.errors import KnobError, SpecError
+from bakeoff.serving.backends import (
     BACKENDS_DIR,
     DRAFT_MOUNT,
     KNOB_VOCABULARY,
@@ -29,10 +29,10 @@ from bakeoff.backends import (
     list_backends,
     load_backend,
 )
-from bakeoff.containers import render_container_launch
-from bakeoff.errors import KnobError, SpecError
-from bakeoff.knobs import check_knob, parse_knob_args
-from bakeoff.launch_render import baked_knobs, change_cost, render_engine_build, render_launch
+from bakeoff.serving.containers import render_container_launch
+from bakeoff.serving.knobs import check_knob, parse_knob_args
+from bakeoff.serving.launch_render import baked_knobs, change_cost, render_engine_build, render_launch
+from bakeoff.serving.show_launch import describe_launch
 
 REPO = BACKENDS_DIR.parent
 GPU_BACKENDS = ["vllm", "sglang", "trtllm", "trtllm-engine"]
@@ -758,7 +758,7 @@ def test_describe_shows_command_options_costs_and_notes() -> None:
 
 
 def test_describe_engine_flow_mounts_the_cached_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.engine_build import engine_cache_key
+    from bakeoff.serving.engine_build import engine_cache_key
 
     monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
     model = tmp_path / "tiny"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.backends import load_backend
-from bakeoff.client import ClientSettings, PlannedRequest
-from bakeoff.records import RequestRecord
-from bakeoff.results import RunSummary
-from bakeoff.runner import RunTarget, execute_plan, prefix_cache_block
-from bakeoff.store import RUN_INFO, read_json
-from bakeoff.workloads import RunPlan, SessionPlan
+from bakeoff.campaign.runner import RunTarget, execute_plan, prefix_cache_block
+from bakeoff.measure.client import ClientSettings
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import RUN_INFO, read_json
+from bakeoff.results.summary import RunSummary
+from bakeoff.serving.backends import load_backend
+from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
 from fake_sglang import FakeState, serve_fake
 
 SYSTEM = " ".join(f"sys{i}" for i in range(16))

@@ -9,17 +9,20 @@ from typing import Any
 
 import pytest
 
-from bakeoff import campaign, campaign_cells, notebook_params
-from bakeoff.backends import load_backend
-from bakeoff.cell_server import CellServer, needs_cold_cache, prompt_keys
-from bakeoff.client import PlannedRequest
+from bakeoff.campaign import cells as campaign_cells
+from bakeoff.campaign import execute as campaign
+from bakeoff.campaign.cold_cache import CellServer, needs_cold_cache, prompt_keys
 from bakeoff.errors import LaunchError
-from bakeoff.launch import ServerHandle
-from bakeoff.launch_render import RenderedLaunch
-from bakeoff.specs import ServerConfig, Slo
-from bakeoff.store import CELL_INFO, read_json, read_summary
-from bakeoff.workload_specs import ConcurrencySweep
-from bakeoff.workloads import RunPlan, SessionPlan, save_plans
+from bakeoff.measure.slo import Slo
+from bakeoff.notebook import guards as notebook_params
+from bakeoff.results.store import CELL_INFO, read_json, read_summary
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.launch_render import RenderedLaunch
+from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.server_config import ServerConfig
+from bakeoff.workloads.kinds import ConcurrencySweep
+from bakeoff.workloads.plan_store import save_plans
+from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
 from fake_sglang import FakeState, serve_fake
 
 

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def bakeoff(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bakeoff.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "bakeoff", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_backends_list_names_every_spec() -> None:

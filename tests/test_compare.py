@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import quality
-from bakeoff.cli import main
-from bakeoff.compare import compare, judge
+from bakeoff.analysis.thresholds import GATE_METRICS, QUALITY, QUALITY_PREFIX, Reading, parse_thresholds
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
-from bakeoff.specs import load_campaign
-from bakeoff.store import read_json
-from bakeoff.thresholds import GATE_METRICS, QUALITY, QUALITY_PREFIX, Reading, parse_thresholds
+from bakeoff.history.compare import compare, judge
+from bakeoff.results.layout import QUALITY_RATES
+from bakeoff.results.store import read_json
 from history_planted import T0, campaign_folder, repeats
 
 
@@ -101,7 +101,7 @@ def test_quality_rates_fail_the_gate(tmp_path: Path) -> None:
 
 
 def test_quality_gate_names_match_the_rates_quality_json_holds() -> None:
-    assert {name.removeprefix(QUALITY_PREFIX) for name in QUALITY} == set(quality.RATES)
+    assert {name.removeprefix(QUALITY_PREFIX) for name in QUALITY} == set(QUALITY_RATES)
 
 
 def test_compare_against_the_marked_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

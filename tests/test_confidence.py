@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff.confidence import bootstrap_mean, difference, estimate
-from bakeoff.metrics import COALESCED_LIMIT, summarize
-from bakeoff.records import RequestRecord
-from bakeoff.report import confidence_table, verdict_section
-from bakeoff.results import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
-from bakeoff.store import write_json, write_summary
-from bakeoff.verdict import verdicts
+from bakeoff.analysis.confidence import bootstrap_mean, difference, estimate
+from bakeoff.analysis.verdict import verdicts
+from bakeoff.measure.metrics import COALESCED_LIMIT, summarize
+from bakeoff.report.tables import confidence_table, verdict_section
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import write_json, write_summary
+from bakeoff.results.summary import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
 
 MS = 1_000_000
 
@@ -123,9 +123,11 @@ def test_the_verdict_calls_a_planted_tie(tmp_path: Path) -> None:
 
 
 def test_the_headline_table_shows_an_unsupported_p99_as_such() -> None:
-    from bakeoff.report import _row, headline_table
+    from bakeoff.report.tables import _row, headline_table
 
-    cell = {"server": {"label": "a"}, "backend": "vllm", "workload": "sweep"}
+    from bakeoff.results.layout import CellResult
+
+    cell = CellResult(Path("a__sweep"), {"label": "a"}, "vllm", "sweep", 1, "ok", {}, {}, {})
     frame = pd.DataFrame([_row(cell, run(100.0, n=32)), _row(cell, run(100.0, n=200, concurrency=8))])
     table = headline_table(frame)
     p99 = next(c for c in table.columns if c.startswith("TTFT P99"))

@@ -1,4 +1,4 @@
-"""Tests of bakeoff.containers: the rendered ``run`` command, and real podman lifecycles.
+"""Tests of bakeoff.serving.containers: the rendered ``run`` command, and real podman lifecycles.
 
 The podman tests use a throwaway image made in a second from the host's own ``sleep`` and
 ``false`` (plus the C library), so they need neither a registry nor a built engine image;
@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.backends import BACKENDS_DIR, BackendSpec, load_backend
-from bakeoff.container_runtime import find_runtime, runtime_command
-from bakeoff.containers import container_run_args, leftover_containers, render_container_launch, run_container
 from bakeoff.errors import LaunchError, RuntimeMissingError
-from bakeoff.images import image_fix_hint, inspect_image
-from bakeoff.launch import ServerHandle, free_port
+from bakeoff.serving.backends import BACKENDS_DIR, BackendSpec, load_backend
+from bakeoff.serving.container_runtime import find_runtime, runtime_command
+from bakeoff.serving.containers import container_run_args, leftover_containers, render_container_launch, run_container
+from bakeoff.serving.images import image_fix_hint, inspect_image
+from bakeoff.serving.process import ServerHandle, free_port
 
 REPO = BACKENDS_DIR.parent
 TINY_IMAGE = "localhost/bakeoff/test-tiny:1"
@@ -371,7 +371,7 @@ def test_ready_server_yields_handle_and_is_removed_after(backend_name: str, mode
 
 
 def test_missing_registry_image_is_pulled_and_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.images import ensure_image, recorded_build_s
+    from bakeoff.serving.images import ensure_image, recorded_build_s
 
     # A stand-in CLI: `image inspect` fails until `pull` has run; no registry is reachable here.
     fake = tmp_path / "fakectl"

@@ -23,13 +23,15 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from bakeoff import control
-from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
 from bakeoff.errors import ServerUnreachableError, SpecError
-from bakeoff.launch import free_port, probe
-from bakeoff.records import RequestRecord
-from bakeoff.refoptions import MODEL, RefOptions
-from bakeoff.refserver import ReferenceServer, serve_reference
+from bakeoff.measure import control
+from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.ref.options import MODEL, RefOptions
+from bakeoff.ref.server import ReferenceServer
+from bakeoff.results.records import RequestRecord
+from bakeoff.serving.process import free_port, probe
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:

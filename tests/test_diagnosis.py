@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 import why_planted as planted
-from bakeoff.diagnosis import Level, classify
+from bakeoff.analysis.diagnosis import Level, classify
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign import run_campaign
-from bakeoff.container_runtime import find_runtime
-from bakeoff.containers import leftover_containers
-from bakeoff.images import inspect_image
-from bakeoff.report import effort_table, results_frame
-from bakeoff.specs import load_campaign
-from bakeoff.store import read_summary
+from bakeoff.campaign.execute import run_campaign
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.report.tables import effort_table, results_frame
+from bakeoff.results.store import read_summary
+from bakeoff.serving.container_runtime import find_runtime
+from bakeoff.serving.containers import leftover_containers
+from bakeoff.serving.images import inspect_image
 from browser import open_in_chromium
 from engines import campaign_against, settings
 

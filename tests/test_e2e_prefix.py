@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign import run_campaign
-from bakeoff.results import RunSummary
-from bakeoff.specs import load_campaign
-from bakeoff.traces.loading import load_trace
-from bakeoff.traces.rows import reuse_share
-from bakeoff.workload_specs import Trace
+from bakeoff.campaign.execute import run_campaign
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.results.summary import RunSummary
+from bakeoff.workloads.kinds import Trace
+from bakeoff.workloads.traces.loading import load_trace
+from bakeoff.workloads.traces.rows import reuse_share
 from engines import Engine, EngineSet, campaign_against, summaries_by_server
 
 pytestmark = pytest.mark.e2e

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.results import Requests
-from bakeoff.store import read_summary
+from bakeoff.results.store import read_summary
+from bakeoff.results.summary import Requests
 from engines import EngineSet
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
-BAKEOFF = [sys.executable, "-m", "bakeoff.cli"]
+BAKEOFF = [sys.executable, "-m", "bakeoff"]
 
 
 def test_bench_against_a_started_engine(small_engines: EngineSet, small_model: Path, tmp_path: Path) -> None:

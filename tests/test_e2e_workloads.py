@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign import run_campaign
+from bakeoff.campaign.execute import run_campaign
 from engines import EngineSet, campaign_against, summaries_by_server
 
 pytestmark = pytest.mark.e2e

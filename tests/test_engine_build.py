@@ -1,4 +1,4 @@
-"""Tests of bakeoff.engine_build: the cache key, the rendered container steps, the cache.
+"""Tests of bakeoff.serving.engine_build: the cache key, the rendered container steps, the cache.
 
 Steps run through a fake runner that records each command and, for ``trtllm-build``,
 writes an engine config where the real build would, so caching and failure handling are
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.backends import BACKENDS_DIR, KnobValue, load_backend
-from bakeoff.engine_build import (
+from bakeoff.errors import LaunchError, SpecError
+from bakeoff.serving.backends import BACKENDS_DIR, KnobValue, load_backend
+from bakeoff.serving.engine_build import (
     EngineBuild,
     build_engine,
     default_cache_dir,
@@ -27,7 +28,6 @@ from bakeoff.engine_build import (
     engine_key_manifest,
     engine_step_args,
 )
-from bakeoff.errors import LaunchError, SpecError
 
 SCRIPT = BACKENDS_DIR.parent / "docker" / "trtllm" / "build-engine.sh"
 ENGINE = load_backend("trtllm-engine")
@@ -369,8 +369,8 @@ def test_script_refuses_bad_knobs(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu_present(), reason="needs an NVIDIA GPU (nvidia-smi -L)")
 def test_real_engine_build_on_gpu(tmp_path: Path) -> None:
-    from bakeoff.container_runtime import find_runtime
-    from bakeoff.images import inspect_image
+    from bakeoff.serving.container_runtime import find_runtime
+    from bakeoff.serving.images import inspect_image
 
     runtime = find_runtime()
     if not inspect_image(runtime, IMAGE, missing_ok=True).present:

@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import cli
-from bakeoff.bench_cmd import claim_out, report_failures
-from bakeoff.campaign_cells import validate_campaign
+from bakeoff.campaign.cells import validate_campaign
+from bakeoff.campaign.progress import CampaignProgress, CellEstimate, cell_result, estimate_cell
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.cli import main as cli
+from bakeoff.cli.bench_cmd import claim_out, report_failures
 from bakeoff.errors import SpecError
-from bakeoff.metrics import summarize
-from bakeoff.progress import CampaignProgress, CellEstimate, cell_result, estimate_cell
-from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.provenance import measured_apart_note
-from bakeoff.records import RequestRecord
-from bakeoff.refoptions import MODEL
-from bakeoff.refserver import serve_reference
-from bakeoff.specs import load_campaign
-from bakeoff.store import write_summary
-from bakeoff.workload_specs import ConcurrencySweep, MultiTurn, OpenLoop
-from bakeoff.workloads import PlanBuilder
+from bakeoff.measure.metrics import summarize
+from bakeoff.ref.options import MODEL
+from bakeoff.report.measured_apart import measured_apart_note
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import write_summary
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import ConcurrencySweep, MultiTurn, OpenLoop
+from bakeoff.workloads.plans import PlanBuilder
+from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,7 +149,7 @@ def test_a_relative_model_path_is_found_beside_the_campaign_and_the_copy_keeps_i
     path = write(tmp_path / "campaigns" / "c.yaml", {**BASE, "model": "m"})
     spec = load_campaign(path)
     assert spec.model.path == (tmp_path / "campaigns" / "m").resolve()
-    from bakeoff.specs import campaign_copy
+    from bakeoff.campaign.specs import campaign_copy
 
     copied = tmp_path / "copy.yaml"
     copied.write_bytes(campaign_copy(path, spec))
@@ -385,7 +385,7 @@ def test_long_steps_show_elapsed_time_on_a_terminal_and_nothing_in_ci(monkeypatc
     import io
     import time
 
-    from bakeoff.progress import working
+    from bakeoff.console import working
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

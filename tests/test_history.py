@@ -18,10 +18,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from bakeoff import archive, history, origin
-from bakeoff.backends import BackendSpec
-from bakeoff.cli import main
+from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
+from bakeoff.history import archive
+from bakeoff.history import index as history
+from bakeoff.observe import origin
+from bakeoff.serving.backends import BackendSpec
 from history_planted import T0, campaign_folder, repeats
 
 
@@ -176,7 +178,7 @@ display_name: reference server (test)
 runtime: process
 accelerator: cpu
 version: "1.0"
-command: ["{python}", "-m", "bakeoff.refserver", "--port", "{port}", "--model", "{served_model_name}",
+command: ["{python}", "-m", "bakeoff.ref.server", "--port", "{port}", "--model", "{served_model_name}",
           "--ttft-ms", "5", "--itl-ms", "10"]
 health: {path: /health, timeout_s: 20, interval_s: 0.1}
 cache_reset: {kind: none}
@@ -199,7 +201,7 @@ def test_a_scheduled_dry_run_gives_two_history_entries_a_verdict_and_a_trend(tmp
 
     def bakeoff(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bakeoff.cli", *argv],
+            [sys.executable, "-m", "bakeoff", *argv],
             env=env,
             cwd=tmp_path,
             capture_output=True,

@@ -20,15 +20,15 @@ import psutil
 import pytest
 from tokenizers import Tokenizer
 
-from bakeoff.backends import load_backend
-from bakeoff.gguf import (
+from bakeoff.models.gguf import (
     convert_to_gguf,
     gguf_is_fresh,
     llama_server_path,
     pre_tokenizer_from_config,
 )
-from bakeoff.launch import free_port, run_local_process
-from bakeoff.launch_render import render_launch
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.launch_render import render_launch
+from bakeoff.serving.process import free_port, run_local_process
 
 SERVER = llama_server_path()
 MAX_TOKENS = 16

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.client import ClientSettings, StreamingClient
-from bakeoff.loadgen import run_plan
-from bakeoff.metrics import summarize
-from bakeoff.records import RequestRecord
-from bakeoff.refserver import serve_reference
-from bakeoff.workload_specs import ConcurrencySweep, MultiTurn, OpenLoop
-from bakeoff.workloads import PlanBuilder
+from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.measure.loadgen import run_plan
+from bakeoff.measure.metrics import summarize
+from bakeoff.results.records import RequestRecord
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import ConcurrencySweep, MultiTurn, OpenLoop
+from bakeoff.workloads.plans import PlanBuilder
 from refload import MODEL, drive
 
 
@@ -74,7 +74,7 @@ def test_conversations_carry_the_real_replies(builder: PlanBuilder) -> None:
 
 
 def test_rerunning_a_plan_replaces_its_run_folder(builder: PlanBuilder, tmp_path: Path) -> None:
-    from bakeoff.runner import RunTarget, execute_plan
+    from bakeoff.campaign.runner import RunTarget, execute_plan
 
     plan = builder.build(
         ConcurrencySweep(levels=[2], requests_per_level=6, warmup_requests=1, input_len=8, output_len=3)

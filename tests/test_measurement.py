@@ -1,6 +1,6 @@
 """The measurement itself, end to end: real HTTP against a server with exactly known timing.
 
-The reference server (``bakeoff.refserver``, its own process) sends the first content
+The reference server (``bakeoff.ref.server``, its own process) sends the first content
 chunk ``ttft`` after a request arrives and one chunk every ``itl`` after that, so the
 client, load generator, runner and CLI are checked against known answers, and every
 protocol quirk and fault is injected on purpose. Options differ per test through the
@@ -25,18 +25,18 @@ from typing import Any
 import orjson
 import pytest
 
-from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient, request_body
+from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
-from bakeoff.launch import free_port, probe, wait_ready
-from bakeoff.loadgen import closed_loop
-from bakeoff.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
-from bakeoff.records import RequestRecord
-from bakeoff.refoptions import MODEL
-from bakeoff.refserver import serve_reference
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json, read_records, read_summary
-from bakeoff.telemetry import parse_prometheus
-from bakeoff.workloads import RunPlan
+from bakeoff.measure.client import ClientSettings, StreamingClient, request_body
+from bakeoff.measure.loadgen import closed_loop
+from bakeoff.measure.metrics import e2e_ms, itl_ms, itl_per_token_ms, tpot_ms, ttfb_ms, ttft_ms
+from bakeoff.observe.telemetry import parse_prometheus
+from bakeoff.ref.options import MODEL
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json, read_records, read_summary
+from bakeoff.serving.process import free_port, probe, wait_ready
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 TTFT_MS = 100.0
 ITL_MS = 20.0
@@ -228,7 +228,7 @@ def test_fault_every_nth_request(ref_url: str) -> None:
 
 def test_server_dies_mid_run_and_the_runner_still_writes_everything(tmp_path: Path) -> None:
     plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(12, max_tokens=8))
-    # The run ends at the server's death (bakeoff.liveness): the rest of the plan is not sent.
+    # The run ends at the server's death (bakeoff.serving.death_watch): the rest of the plan is not sent.
     with (
         serve_reference(ttft_ms=20.0, itl_ms=5.0, fault="die", fault_every=5) as url,
         pytest.raises(ServerDiedError),

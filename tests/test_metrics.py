@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bakeoff.metrics import (
+from bakeoff.measure.metrics import (
     cost_per_million_tokens,
     e2e_ms,
     itl_ms,
@@ -20,9 +20,9 @@ from bakeoff.metrics import (
     ttft_ms,
     window_s,
 )
-from bakeoff.records import ErrorKind, RequestRecord, UsageSource
-from bakeoff.results import ShortCompletions
-from bakeoff.specs import Slo
+from bakeoff.measure.slo import Slo
+from bakeoff.results.records import ErrorKind, RequestRecord, UsageSource
+from bakeoff.results.summary import ShortCompletions
 
 MS = 1_000_000
 BASE = 10_000 * MS  # a perf_counter origin far from zero: zero means "never happened"

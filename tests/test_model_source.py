@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.backends import load_backend
-from bakeoff.containers import container_run_args, render_container_launch
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.model_source import (
+from bakeoff.models.model_source import (
     CONTAINER_HF_HOME,
+    ModelRef,
     ModelSource,
     cached_snapshot,
     hf_home,
     hf_hub_cache,
     resolve_model,
 )
-from bakeoff.specs import ModelRef
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.containers import container_run_args, render_container_launch
 
 HF_ID = "meta-llama/Llama-3.1-8B-Instruct"
 TOKEN = "hf_dontLeakMe0123456789"

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.client import ClientSettings, PlannedRequest
-from bakeoff.metrics import tpot_ms, ttft_ms
-from bakeoff.multiload import (
+from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.measure.client import ClientSettings
+from bakeoff.measure.metrics import tpot_ms, ttft_ms
+from bakeoff.measure.multiload import (
     DEFAULT_CPU_S_PER_CHUNK,
     MIN_WARMUP_CHUNKS,
     Estimate,
@@ -20,11 +21,10 @@ from bakeoff.multiload import (
     shift,
     split,
 )
-from bakeoff.records import RequestRecord
-from bakeoff.refserver import serve_reference
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.store import read_records
-from bakeoff.workloads import RunPlan, SessionPlan
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import read_records
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
 
 MODEL = "bakeoff-ref"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import papermill
 import pytest
 
-from bakeoff.notebook_params import NotebookStop, compare_ready
+from bakeoff.notebook.guards import NotebookStop, compare_ready
 from bakeoff.paths import notebook, notebook_kernel
 
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from bakeoff.paths import user_cache_dir
-from bakeoff.refserver import serve_reference
+from bakeoff.serving.reference import serve_reference
 
 pytestmark = pytest.mark.packaging
 REPO = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bakeoff import pareto
+from bakeoff.analysis import pareto
+from bakeoff.analysis.roofline import ENV, ModelShape, bandwidth, gpu_preset, measured_cpu_bandwidth, model_shape
 from bakeoff.errors import SpecError
-from bakeoff.roofline import ENV, ModelShape, bandwidth, gpu_preset, measured_cpu_bandwidth, model_shape
 
 
 def frame(rows: list[tuple[str, int, float, float]]) -> pd.DataFrame:
@@ -101,7 +101,7 @@ def test_cpu_bandwidth_is_measured_once_then_cached(monkeypatch: pytest.MonkeyPa
     first = measured_cpu_bandwidth(tmp_path)
     assert 0.5 < first.gbs < 2000 and "measured now" in first.source
     calls = []
-    monkeypatch.setattr("bakeoff.roofline.copy_bandwidth_gbs", lambda *a, **k: calls.append(1) or 1.0)
+    monkeypatch.setattr("bakeoff.analysis.roofline.copy_bandwidth_gbs", lambda *a, **k: calls.append(1) or 1.0)
     again = measured_cpu_bandwidth(tmp_path)
     assert again.gbs == first.gbs and "cached" in again.source and not calls
 

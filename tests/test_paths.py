@@ -12,12 +12,19 @@ import pytest
 import yaml
 
 from bakeoff import paths
-from bakeoff.backends import BACKENDS_DIR, list_backends, load_backend
-from bakeoff.engine_env import ENGINE_PYTHON_ENV, engine_python, engine_versions, find_engine_python, interpreter
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.launch_render import render_launch
-from bakeoff.notebook_params import bench_ready
-from bakeoff.origin import versions
+from bakeoff.notebook.guards import bench_ready
+from bakeoff.notebook.kernelrun import kernel_environment
+from bakeoff.observe.origin import versions
+from bakeoff.serving.backends import BACKENDS_DIR, list_backends, load_backend
+from bakeoff.serving.engine_env import (
+    ENGINE_PYTHON_ENV,
+    engine_python,
+    engine_versions,
+    find_engine_python,
+    interpreter,
+)
+from bakeoff.serving.launch_render import render_launch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,7 +96,7 @@ def test_models_and_reports_follow_the_working_directory(tmp_path: Path, monkeyp
 def test_kernel_environment_pins_and_restores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     _user_backend(tmp_path / "backends", "mine", "Mine")
-    with paths.kernel_environment():
+    with kernel_environment():
         assert os.environ["BAKEOFF_MODELS_DIR"] == str(tmp_path.resolve() / "models")
         assert os.environ["BAKEOFF_BACKENDS_DIR"] == str(tmp_path.resolve() / "backends")
         os.chdir(tmp_path / "backends")  # a kernel's campaign folder: the pins still point home
@@ -177,8 +184,8 @@ def test_bench_notebook_parameters_say_what_to_set(tmp_path: Path) -> None:
 def test_campaign_without_an_engine_environment_stops_before_any_server(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bakeoff import engine_env
-    from bakeoff.campaign_cells import prepare
+    from bakeoff.campaign.cells import prepare
+    from bakeoff.serving import engine_env
 
     monkeypatch.setattr(engine_env, "find_engine_python", lambda: None)
     campaign = {

@@ -1,4 +1,4 @@
-"""A local server's lifecycle (bakeoff.launch.run_local_process) with one-line commands.
+"""A local server's lifecycle (bakeoff.serving.process.run_local_process) with one-line commands.
 
 Dying during start-up, and leaving no process behind on any exit path, are bakeoff's
 behaviour, not an engine's: a shell line that forks a child and exits (or stays up behind
@@ -16,10 +16,10 @@ from typing import Any
 import psutil
 import pytest
 
-from bakeoff.backends import BackendSpec
 from bakeoff.errors import LaunchError
-from bakeoff.launch import PID_FILE, free_port, run_local_process
-from bakeoff.launch_render import RenderedLaunch
+from bakeoff.serving.backends import BackendSpec
+from bakeoff.serving.launch_render import RenderedLaunch
+from bakeoff.serving.process import PID_FILE, free_port, run_local_process
 
 
 def _launch(argv: list[str], **health: Any) -> RenderedLaunch:
@@ -63,7 +63,7 @@ def test_a_server_that_dies_during_startup_is_reported_with_its_log_and_leaves_n
 
 def test_a_ready_server_and_its_children_are_gone_after_the_block(tmp_path: Path) -> None:
     port = free_port()
-    serve = f"{sys.executable} -m bakeoff.refserver --port {port} --model m"
+    serve = f"{sys.executable} -m bakeoff.ref.server --port {port} --model m"
     # A child in a session of its own: killing the process group alone would miss it.
     line = f"setsid sleep 600 & echo $! > child.pid; exec {serve}"
     with run_local_process(_launch(["sh", "-c", line]), port=port, served_model_name="m", run_dir=tmp_path) as handle:
@@ -78,7 +78,7 @@ def test_a_ready_server_and_its_children_are_gone_after_the_block(tmp_path: Path
 
 def test_an_exception_in_the_block_still_tears_the_server_down(tmp_path: Path) -> None:
     port = free_port()
-    line = f"sleep 600 & echo $! > child.pid; exec {sys.executable} -m bakeoff.refserver --port {port} --model m"
+    line = f"sleep 600 & echo $! > child.pid; exec {sys.executable} -m bakeoff.ref.server --port {port} --model m"
     with (
         pytest.raises(RuntimeError, match="measurement failed"),
         run_local_process(_launch(["sh", "-c", line]), port=port, served_model_name="m", run_dir=tmp_path) as handle,

@@ -17,8 +17,8 @@ import pytest
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
 from bakeoff.errors import SpecError
-from bakeoff.modelgen import train_sentencepiece_style_tokenizer, train_tokenizer
-from bakeoff.prompts import PromptFactory, TokenizerInfo, load_tokenizer
+from bakeoff.models.modelgen import train_sentencepiece_style_tokenizer, train_tokenizer
+from bakeoff.workloads.prompts import PromptFactory, TokenizerInfo, load_tokenizer
 
 SP_STYLES: dict[str, dict[str, Any]] = {
     # transformers' converter with legacy=False: Metaspace, prepend_scheme first, one unsplit piece.

@@ -8,9 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bakeoff.client import ClientSettings
-from bakeoff.errors import SpecError
-from bakeoff.quality import (
+from bakeoff.campaign.quality import (
     QUALITY_FILE,
     baseline_answers,
     check,
@@ -20,9 +18,11 @@ from bakeoff.quality import (
     run_quality,
     score,
 )
-from bakeoff.records import RequestRecord
-from bakeoff.refserver import serve_reference
-from bakeoff.store import read_json, write_json
+from bakeoff.errors import SpecError
+from bakeoff.measure.client import ClientSettings
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import read_json, write_json
+from bakeoff.serving.reference import serve_reference
 
 # id -> (item, planted answer). Two JSON answers are broken (one is not JSON, one is cut by
 # max_tokens), one exact answer is wrong, one answer refuses, one free answer is cut short.

@@ -20,12 +20,15 @@ import psutil
 import pytest
 import ray
 
-from bakeoff import campaign, campaign_cells, report, report_cluster
-from bakeoff.cli import main
-from bakeoff.ray_runner import RETRY_REASON, TRIES, cell_options, check_ray_fields, run_cells_on_ray
-from bakeoff.ray_store import ResultStore
-from bakeoff.specs import CampaignSpec
-from bakeoff.store import read_json, read_summary, write_json
+from bakeoff.campaign import cells as campaign_cells
+from bakeoff.campaign import execute as campaign
+from bakeoff.campaign.specs import CampaignSpec
+from bakeoff.cli.main import main
+from bakeoff.cluster.ray_runner import RETRY_REASON, TRIES, cell_options, check_ray_fields, run_cells_on_ray
+from bakeoff.cluster.ray_store import ResultStore
+from bakeoff.report import cluster as report_cluster
+from bakeoff.report import tables as report
+from bakeoff.results.store import read_json, read_summary, write_json
 
 SERVED = f"ray-test-{uuid.uuid4().hex[:8]}"  # names this module's servers among everyone's
 BACKEND = """\
@@ -33,7 +36,7 @@ name: refproc
 display_name: reference server (test)
 runtime: process
 accelerator: cpu
-command: ["{python}", "-m", "bakeoff.refserver", "--port", "{port}", "--model", "{served_model_name}",
+command: ["{python}", "-m", "bakeoff.ref.server", "--port", "{port}", "--model", "{served_model_name}",
           "--ttft-ms", "40", "--itl-ms", "20"]
 health: {path: /health, timeout_s: 20, interval_s: 0.1}
 cache_reset: {kind: none}
@@ -78,7 +81,7 @@ def our_servers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         line = " ".join(proc.info["cmdline"] or [])
-        if "bakeoff.refserver" in line and SERVED in line:
+        if "bakeoff.ref.server" in line and SERVED in line:
             found.append(proc)
     return found
 
@@ -234,8 +237,8 @@ def test_object_store_pushes_summaries_then_cell_json_last_and_pulls_back(tmp_pa
 
 
 def test_a_misspelt_ray_policy_key_is_named_with_the_valid_ones(tmp_path: Path, tiny_model: Path) -> None:
+    from bakeoff.campaign.specs import load_campaign
     from bakeoff.errors import SpecError
-    from bakeoff.specs import load_campaign
 
     path = tmp_path / "c.yaml"
     path.write_text(campaign_yaml(tiny_model, 4, "ray: {max_retrys: 2}\n"))

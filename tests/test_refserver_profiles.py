@@ -22,14 +22,16 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestServer
 
-from bakeoff.client import ClientSettings, PlannedRequest, StreamingClient
-from bakeoff.records import RequestRecord
-from bakeoff.refcache import PrefixCache
-from bakeoff.refoptions import RefOptions
-from bakeoff.refprofiles import SglangProfile, make_profile
-from bakeoff.refserver import ReferenceServer, serve_reference
-from bakeoff.refwire import WireProfile
-from bakeoff.telemetry import parse_prometheus
+from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.observe.telemetry import parse_prometheus
+from bakeoff.ref.cache import PrefixCache
+from bakeoff.ref.options import RefOptions
+from bakeoff.ref.profiles import SglangProfile, make_profile
+from bakeoff.ref.server import ReferenceServer
+from bakeoff.ref.wire import WireProfile
+from bakeoff.results.records import RequestRecord
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest
 
 MODEL = "served-name"
 FAST = RefOptions(ttft_ms=5.0, itl_ms=1.0)

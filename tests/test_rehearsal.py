@@ -16,13 +16,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bakeoff.backends import load_backend
-from bakeoff.campaign import run_campaign
-from bakeoff.launchers import launcher_kind
-from bakeoff.rehearsal import MARKER, rehearsal_spec
-from bakeoff.specs import ServerConfig, load_campaign
-from bakeoff.store import read_summary
-from bakeoff.workload_specs import ConcurrencySweep
+from bakeoff.campaign.execute import run_campaign
+from bakeoff.campaign.rehearsal import rehearsal_spec
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
+from bakeoff.results.store import read_summary
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.launchers import launcher_kind
+from bakeoff.serving.server_config import ServerConfig
+from bakeoff.workloads.kinds import ConcurrencySweep
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign_cells import expand
+from bakeoff.campaign.cells import expand
+from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.errors import SpecError
-from bakeoff.specs import CampaignSpec, load_campaign
 
 BASE = {
     "name": "r",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign import run_campaign
+from bakeoff.campaign.execute import run_campaign
 from browser import CHROMIUM, open_in_chromium
 
 BACKEND = """\
@@ -20,7 +20,7 @@ name: refvllm-{label}
 display_name: reference server in vLLM's wire profile (test)
 runtime: process
 accelerator: cpu
-command: ["{python}", "-m", "bakeoff.refserver", "--port", "{port}", "--model", "{served_model_name}",
+command: ["{python}", "-m", "bakeoff.ref.server", "--port", "{port}", "--model", "{served_model_name}",
           "--profile", "vllm", "--ttft-ms", "5", "--itl-ms", "{itl}"]
 health: {path: /health, timeout_s: 20, interval_s: 0.1}
 metrics:

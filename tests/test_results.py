@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from bakeoff import metric_table
 from bakeoff.errors import ResultsError
-from bakeoff.metrics import summarize
-from bakeoff.records import ErrorKind, RequestRecord
-from bakeoff.report import GLOSSARY, group_table, headline_table, results_frame, summary_table, turn_figure
-from bakeoff.results import SCHEMA_VERSION, Latency, RunSummary, Stat, migrate
-from bakeoff.specs import Slo
-from bakeoff.store import read_summary, write_summary
+from bakeoff.measure.metrics import summarize
+from bakeoff.measure.slo import Slo
+from bakeoff.report.tables import GLOSSARY, group_table, headline_table, results_frame, summary_table, turn_figure
+from bakeoff.results import metric_table
+from bakeoff.results.records import ErrorKind, RequestRecord
+from bakeoff.results.store import read_summary, write_summary
+from bakeoff.results.summary import SCHEMA_VERSION, Latency, RunSummary, Stat, migrate
 
 V1 = Path(__file__).parent / "data" / "summary_v1"
 V1_SESSIONS = V1 / "sessions_campaign.json"

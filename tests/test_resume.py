@@ -19,15 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bakeoff.client import ClientSettings, PlannedRequest
+from bakeoff.campaign.resume import archive_attempt, cell_state, differences, earlier_attempts, fingerprint
+from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.errors import ServerDiedError
-from bakeoff.liveness import DeathWatch, process_probe
-from bakeoff.records import RequestRecord
-from bakeoff.refserver import serve_reference
-from bakeoff.resume import archive_attempt, cell_state, differences, earlier_attempts, fingerprint
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.store import read_journal, read_json, write_json
-from bakeoff.workloads import RunPlan
+from bakeoff.measure.client import ClientSettings
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import read_journal, read_json, write_json
+from bakeoff.serving.death_watch import DeathWatch, process_probe
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 REQUESTS = 24
 BACKEND = """\
@@ -35,7 +35,7 @@ name: refproc
 display_name: reference server (test)
 runtime: process
 accelerator: cpu
-command: ["{python}", "-m", "bakeoff.refserver", "--port", "{port}", "--model", "{served_model_name}",
+command: ["{python}", "-m", "bakeoff.ref.server", "--port", "{port}", "--model", "{served_model_name}",
           "--ttft-ms", "5", "--itl-ms", "12"]
 health: {path: /health, timeout_s: 20, interval_s: 0.1}
 cache_reset: {kind: none}
@@ -76,7 +76,7 @@ def campaign(tmp_path: Path, tiny_model: Path) -> Path:
 
 def start(campaign: Path, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "BAKEOFF_BACKENDS_DIR": str(campaign.parent / "backends")}
-    argv = [sys.executable, "-m", "bakeoff.cli", "campaign", "run", str(campaign), "--out", str(out_of(campaign))]
+    argv = [sys.executable, "-m", "bakeoff", "campaign", "run", str(campaign), "--out", str(out_of(campaign))]
     return subprocess.Popen(
         [*argv, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=campaign.parent
     )
@@ -125,7 +125,7 @@ def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothi
     wait_for(lambda: lines(journal(campaign, "a__w")) >= 3, 60, "the first cell's first records")
     procs = family(proc)
     assert any("ipykernel" in " ".join(p.cmdline()) for p in procs) and any(
-        "bakeoff.refserver" in " ".join(p.cmdline()) for p in procs
+        "bakeoff.ref.server" in " ".join(p.cmdline()) for p in procs
     ), "the kernel and the server should both be running mid-cell"
     seen = lines(journal(campaign, "a__w"))
     sent = time.monotonic()
@@ -246,7 +246,7 @@ def test_process_probe_reads_the_exit_code_without_reaping_the_child() -> None:
 
 
 def test_consecutive_connect_failures_condemn_a_server_nobody_can_probe() -> None:
-    watch = DeathWatch(lambda: __import__("bakeoff.liveness").liveness.ServerState(None))
+    watch = DeathWatch(lambda: __import__("bakeoff.serving.death_watch").liveness.ServerState(None))
     for i in range(5):
         failed = RequestRecord(i, error_kind="connect")
         watch.observe(failed)
@@ -258,7 +258,7 @@ def test_consecutive_connect_failures_condemn_a_server_nobody_can_probe() -> Non
 def test_bench_exits_non_zero_when_the_server_dies(tmp_path: Path) -> None:
     with serve_reference(ttft_ms=2, itl_ms=1, fault="die", fault_every=20) as url:
         done = subprocess.run(
-            [sys.executable, "-m", "bakeoff.cli", "bench", "--base-url", url, "--model", "bakeoff-ref",
+            [sys.executable, "-m", "bakeoff", "bench", "--base-url", url, "--model", "bakeoff-ref",
              "--concurrency", "2", "--num-requests", "100", "--input-len", "8", "--output-len", "8",
              "--warmup", "0", "--out", str(tmp_path / "run")],
             capture_output=True, text=True, timeout=60,

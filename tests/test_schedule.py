@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bakeoff.campaign.recurring import parse_every, render
 from bakeoff.errors import SpecError
-from bakeoff.schedule import parse_every, render
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "schedules"
@@ -37,7 +37,7 @@ def test_checked_in_examples_are_exactly_what_the_command_prints(monkeypatch: py
     on_disk = {p.relative_to(EXAMPLES).as_posix(): p.read_text() for p in EXAMPLES.rglob("*") if p.is_file()}
     assert on_disk == files, "regenerate: bakeoff schedule print " + " ".join(ARGS) + " --out examples/schedules"
     printed = subprocess.run(
-        [sys.executable, "-m", "bakeoff.cli", "schedule", "print", *ARGS],
+        [sys.executable, "-m", "bakeoff", "schedule", "print", *ARGS],
         capture_output=True, text=True, timeout=60, cwd=REPO,
     )  # fmt: skip
     assert printed.returncode == 0, printed.stderr
@@ -136,9 +136,9 @@ workloads:
 
 
 def test_a_campaign_can_say_latest_and_the_image_follows(tmp_path: Path) -> None:
-    from bakeoff.campaign_cells import expand
-    from bakeoff.images import floating_tag
-    from bakeoff.specs import load_campaign
+    from bakeoff.campaign.cells import expand
+    from bakeoff.campaign.specs import load_campaign
+    from bakeoff.serving.images import floating_tag
 
     [cell] = expand(load_campaign(campaign_with_tag(tmp_path, "vllm", "latest")), None)
     assert cell.backend.container is not None
@@ -150,8 +150,8 @@ def test_a_campaign_can_say_latest_and_the_image_follows(tmp_path: Path) -> None
 
 
 def test_image_tag_on_a_process_backend_is_refused_naming_the_field(tmp_path: Path) -> None:
-    from bakeoff.campaign_cells import expand
-    from bakeoff.specs import load_campaign
+    from bakeoff.campaign.cells import expand
+    from bakeoff.campaign.specs import load_campaign
 
     path = campaign_with_tag(tmp_path, "llamacpp", "latest")
     path.write_text(path.read_text().replace("gpu: true\n", ""))
@@ -160,20 +160,20 @@ def test_image_tag_on_a_process_backend_is_refused_naming_the_field(tmp_path: Pa
 
 
 def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    from bakeoff.specs import load_campaign
+    from bakeoff.campaign.specs import load_campaign
 
     with pytest.raises(SpecError, match=r"servers.0.image_tag"):
         load_campaign(campaign_with_tag(tmp_path, "vllm", "'bad tag!'"))
 
 
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
-    from bakeoff.backends import load_backend
-    from bakeoff.campaign import _static_effort
-    from bakeoff.campaign_cells import Cell
-    from bakeoff.launch import ServerHandle
-    from bakeoff.launch_render import RenderedLaunch
-    from bakeoff.specs import ServerConfig
-    from bakeoff.workload_specs import ConcurrencySweep
+    from bakeoff.campaign.cells import Cell
+    from bakeoff.campaign.execute import _static_effort
+    from bakeoff.serving.backends import load_backend
+    from bakeoff.serving.launch_render import RenderedLaunch
+    from bakeoff.serving.process import ServerHandle
+    from bakeoff.serving.server_config import ServerConfig
+    from bakeoff.workloads.kinds import ConcurrencySweep
 
     backend = load_backend("vllm")
     cell = Cell(ServerConfig(backend="vllm"), backend, ConcurrencySweep(levels=[1], input_len=8, output_len=8))
@@ -185,7 +185,7 @@ def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> 
 
 
 def test_floating_tags_are_pulled_again_pinned_ones_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff import images
+    from bakeoff.serving import images
 
     calls: list[tuple[str, ...]] = []
 
@@ -211,7 +211,7 @@ def test_floating_tags_are_pulled_again_pinned_ones_reused(monkeypatch: pytest.M
 
 
 def test_containers_a_killed_campaign_left_are_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff import containers
+    from bakeoff.serving import containers
 
     removed: list[tuple[str, str]] = []
     monkeypatch.setattr(containers, "remove_container", lambda runtime, ref: removed.append((runtime, ref)))

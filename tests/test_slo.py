@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.client import PlannedRequest
-from bakeoff.results import Latency, Requests, RunSummary, Stat, Throughput, Tokens
-from bakeoff.slo import SLO_PRESETS, resolve_slo, run_meets_slo, search_max_rate
-from bakeoff.specs import Slo
-from bakeoff.workload_specs import OpenLoop
-from bakeoff.workloads import RunPlan
+from bakeoff.measure.slo import SLO_PRESETS, Slo, resolve_slo, run_meets_slo, search_max_rate
+from bakeoff.results.summary import Latency, Requests, RunSummary, Stat, Throughput, Tokens
+from bakeoff.workloads.kinds import OpenLoop
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 
 def fake_summary(ttft_p99: float, tpot_p99: float, failed: int = 0) -> RunSummary:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff.backends import MetricsSpec, RequestQuirks, load_backend
-from bakeoff.campaign_cells import check_metric_support, validate_campaign
+from bakeoff.campaign.cells import check_metric_support, validate_campaign
+from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
-from bakeoff.specs import load_campaign
-from bakeoff.workload_specs import MultiTurn
+from bakeoff.serving.backends import MetricsSpec, RequestQuirks, load_backend
+from bakeoff.workloads.kinds import MultiTurn
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from bakeoff.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_tokens
+from bakeoff.measure.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_tokens
 
 
 def sse(obj: object) -> bytes:

@@ -7,11 +7,11 @@ from itertools import pairwise
 
 import pytest
 
-from bakeoff.metric_table import ttft_from_send_ms, ttft_ms
-from bakeoff.metrics import WindowTargets, summarize
-from bakeoff.refserver import serve_reference
-from bakeoff.workload_specs import ConcurrencySweep, OpenLoop
-from bakeoff.workloads import PlanBuilder
+from bakeoff.measure.metrics import WindowTargets, summarize
+from bakeoff.results.metric_table import ttft_from_send_ms, ttft_ms
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import ConcurrencySweep, OpenLoop
+from bakeoff.workloads.plans import PlanBuilder
 from refload import drive
 
 

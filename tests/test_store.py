@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.records import RequestRecord
-from bakeoff.runner import salvage_runs
-from bakeoff.store import (
+from bakeoff.campaign.runner import salvage_runs
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import (
     RecordJournal,
     atomic_write_bytes,
     read_journal,

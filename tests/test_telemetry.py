@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.backends import BACKENDS_DIR, load_backend
-from bakeoff.telemetry import (
+from bakeoff.observe.telemetry import (
     has_prefix_cache_counters,
     logical,
     parse_prometheus,
@@ -14,6 +13,7 @@ from bakeoff.telemetry import (
     scrape,
     wait_idle,
 )
+from bakeoff.serving.backends import BACKENDS_DIR, load_backend
 from fake_sglang import FakeState, serve_fake
 
 TEXT = """# HELP vllm:prefix_cache_hits Prefix cache hits, in tokens.

@@ -12,15 +12,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from bakeoff.backends import load_backend
-from bakeoff.client import ClientSettings, PlannedRequest
-from bakeoff.hoststats import ProcessProbe, nvml_probe
-from bakeoff.refserver import serve_reference
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.store import read_json
-from bakeoff.telemetry import parse_prometheus
-from bakeoff.telemetry_series import SERIES_FILE, Sampler, ServerProbe, read_series, with_rates, write_series
-from bakeoff.workloads import RunPlan
+from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.measure.client import ClientSettings
+from bakeoff.observe.hoststats import ProcessProbe, nvml_probe
+from bakeoff.observe.telemetry import parse_prometheus
+from bakeoff.observe.telemetry_series import SERIES_FILE, Sampler, ServerProbe, read_series, with_rates, write_series
+from bakeoff.results.store import read_json
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 TWO_ENGINES = """# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
 # TYPE vllm:kv_cache_usage_perc gauge

@@ -11,24 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.cli import main
-from bakeoff.client import ClientSettings
+from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.campaign.specs import CampaignSpec
+from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
-from bakeoff.metric_table import e2e_ms, tpot_ms, ttft_from_send_ms, ttft_ms
-from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.records import RequestRecord
-from bakeoff.refserver import serve_reference
-from bakeoff.report import prefix_cache_table, results_frame
-from bakeoff.results import RunSummary
-from bakeoff.runner import RunTarget, execute_plan
-from bakeoff.specs import CampaignSpec
-from bakeoff.store import read_records, write_json
-from bakeoff.trace_report import sharing_class_table, timeline, trace_figure, trace_table
-from bakeoff.traces.loading import load_trace
-from bakeoff.traces.plan import check_fits
-from bakeoff.traces.rows import TraceRow, reuse_share, reused_tokens
-from bakeoff.workload_specs import Trace
-from bakeoff.workloads import PlanBuilder, designed_reuse, load_plans, save_plans
+from bakeoff.measure.client import ClientSettings
+from bakeoff.report.tables import prefix_cache_table, results_frame
+from bakeoff.report.trace_replay import sharing_class_table, timeline, trace_figure, trace_table
+from bakeoff.results.metric_table import e2e_ms, tpot_ms, ttft_from_send_ms, ttft_ms
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import read_records, write_json
+from bakeoff.results.summary import RunSummary
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import Trace
+from bakeoff.workloads.plan_store import load_plans, save_plans
+from bakeoff.workloads.plans import PlanBuilder, designed_reuse
+from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
+from bakeoff.workloads.traces.loading import load_trace
+from bakeoff.workloads.traces.plan import check_fits
+from bakeoff.workloads.traces.rows import TraceRow, reuse_share, reused_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "traces"
@@ -323,7 +324,7 @@ def test_clipping_shortens_prompts_to_fit_and_says_how_many(prompts: PromptFacto
 
 
 def test_a_campaign_refuses_a_trace_that_does_not_fit_a_server(tmp_path: Path) -> None:
-    from bakeoff.campaign_cells import expand
+    from bakeoff.campaign.cells import expand
 
     spec = CampaignSpec.model_validate(
         {
@@ -486,7 +487,7 @@ def test_a_shipped_trace_is_found_by_its_traces_path_from_any_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bakeoff.paths import shipped
-    from bakeoff.traces.loading import resolve_trace_path
+    from bakeoff.workloads.traces.loading import resolve_trace_path
 
     monkeypatch.chdir(tmp_path)
     found = resolve_trace_path(Path("traces/mooncake-sample.jsonl"))

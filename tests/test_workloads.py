@@ -9,11 +9,12 @@ from typing import get_args
 import numpy as np
 import pytest
 
-from bakeoff.client import ClientSettings, PlannedRequest, request_body
-from bakeoff.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
-from bakeoff.prompts import PromptFactory, load_tokenizer
-from bakeoff.workload_specs import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
-from bakeoff.workloads import PlanBuilder, arrival_times, designed_reuse, load_plans, plans_match, save_plans
+from bakeoff.measure.client import ClientSettings, request_body
+from bakeoff.models.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
+from bakeoff.workloads.kinds import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
+from bakeoff.workloads.plan_store import load_plans, plans_match, save_plans
+from bakeoff.workloads.plans import PlanBuilder, PlannedRequest, arrival_times, designed_reuse
+from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +158,9 @@ def test_sentencepiece_sessions_count_exactly_through_the_chat_template(sentence
 
 
 def test_plans_are_made_again_when_the_trace_file_or_tokenizer_changes(tmp_path: Path) -> None:
-    from bakeoff.workload_specs import Trace
-    from bakeoff.workloads import RunPlan, plan_inputs
+    from bakeoff.workloads.kinds import Trace
+    from bakeoff.workloads.plan_store import plan_inputs
+    from bakeoff.workloads.plans import RunPlan
 
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 4, "hash_ids": [1]}\n')

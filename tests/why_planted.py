@@ -1,6 +1,6 @@
 """Synthetic runs with known answers for the diagnosis, advisor and report: planted telemetry series.
 
-Every bound of :mod:`bakeoff.diagnosis` has a series here that must be classified as it,
+Every bound of :mod:`bakeoff.analysis.diagnosis` has a series here that must be classified as it,
 and :func:`campaign_folder` writes a campaign folder (campaign.yaml, cells, runs with
 summary.json, run.json and telemetry.parquet) as ``campaign run`` would, for the
 advisor and the report to read without starting anything.
@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from bakeoff.diagnosis import Level
-from bakeoff.results import Latency, Requests, RunSummary, Stat, Throughput, Tokens, WorkloadInfo
-from bakeoff.store import RUN_INFO, SUMMARY, write_json, write_summary
-from bakeoff.telemetry_series import SERIES_FILE, write_series
+from bakeoff.analysis.diagnosis import Level
+from bakeoff.observe.telemetry_series import SERIES_FILE, write_series
+from bakeoff.results.store import RUN_INFO, SUMMARY, write_json, write_summary
+from bakeoff.results.summary import Latency, Requests, RunSummary, Stat, Throughput, Tokens, WorkloadInfo
 
 T = np.arange(0.0, 30.0, 1.0)
 

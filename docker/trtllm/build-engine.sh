@@ -3,7 +3,7 @@
 # then trtllm-build, in the pinned release image that still ships both. Prints the engine
 # folder, which is then served as the model (docker/trtllm/compose.yaml, profile engine).
 #
-# The cache key and layout are those of bakeoff.engine_build (backends/trtllm-engine.yaml),
+# The cache key and layout are those of bakeoff.serving.engine_build (backends/trtllm-engine.yaml),
 # so bakeoff reuses engines built here and the other way round:
 #   <cache>/<key>/engine/     the engine (+ tokenizer/)
 #   <cache>/<key>/build.json  written last, only when every step succeeded
@@ -57,7 +57,7 @@ esac
 
 sha() { sha256sum | cut -d' ' -f1; }
 
-# The text the key hashes; keep in step with bakeoff.engine_build.engine_key_manifest.
+# The text the key hashes; keep in step with bakeoff.serving.engine_build.engine_key_manifest.
 manifest() {
   printf '%s\n' "bakeoff-engine-key v1" "image $IMAGE"
   local name f size size_class
@@ -105,7 +105,7 @@ RT=("$RUNTIME")
 GPU=(--device nvidia.com/gpu=all)
 case "$(basename "$RUNTIME")" in
   *docker*) GPU=(--gpus all) ;;
-  # crun fails on cgroups on some hosts; runc works (as bakeoff.containers does).
+  # crun fails on cgroups on some hosts; runc works (as bakeoff.serving.containers does).
   podman) if command -v runc >/dev/null; then RT=(podman --runtime runc); fi ;;
 esac
 

@@ -27,11 +27,9 @@ the kernels a campaign starts.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.resources
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from bakeoff.errors import SpecError
@@ -155,34 +153,6 @@ def campaign_file(ref: Path) -> Path:
             return candidate
     known = ", ".join(sorted(p.stem for p in shipped("campaigns").glob("*.yaml")))
     raise SpecError(f"campaign file not found: {ref} (looked in {Path.cwd()}); shipped campaigns: {known}")
-
-
-@contextlib.contextmanager
-def kernel_environment() -> Iterator[None]:
-    """Pin the working-directory defaults for notebook kernels, which run in campaign folders.
-
-    A kernel inherits the environment, not the working directory: without this, a kernel
-    would look for ``models/`` and ``backends/`` inside the campaign folder. Restored on exit.
-    """
-    from bakeoff.engine_env import ENGINE_PYTHON_ENV, find_engine_python
-
-    pinned: dict[str, str] = {MODELS_ENV: str(models_dir())}
-    user = user_backends_dir()
-    if user is not None:
-        pinned[BACKENDS_ENV] = str(user)
-    engine = find_engine_python()
-    if engine is not None:
-        pinned[ENGINE_PYTHON_ENV] = str(engine)
-    saved = {name: os.environ.get(name) for name in pinned}
-    os.environ.update(pinned)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def user_cache_dir() -> Path:

@@ -1,0 +1,266 @@
+"""The tuning advisor: from the diagnosis, the next knob to turn, and the campaign that tests it.
+
+For each measured server and workload, :func:`advise` walks the knobs in cost order —
+cheapest to try first:
+
+1. concurrency and batching caps (``max_num_seqs``, ``max_num_batched_tokens``,
+   ``chunked_prefill``): a restart, nothing else changes;
+2. quantization (``kv_cache_dtype``; weight ``quantization`` needs another checkpoint,
+   so it is named, not written);
+3. the KV-cache share (``gpu_memory_utilization``, ``kv_cache_space_gib``);
+4. context limits (``max_model_len``);
+5. parallelism (``tensor_parallel_size`` on GPU, ``threads`` on CPU).
+
+and proposes the first change that addresses the diagnosed bound, that the backend has,
+that its spec accepts (:func:`bakeoff.serving.knobs.check_knob`) and that differs from the value
+measured. :func:`write_campaign` writes a campaign that runs the current configuration
+and the proposed one side by side on the same workload, model and SLO; ``bakeoff advise``
+validates it before saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
+from bakeoff.errors import BakeoffError, SpecError
+from bakeoff.results.layout import load_cells
+from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
+
+COST_ORDER = ("caps", "quantization", "kv_share", "context", "parallelism")
+
+
+@dataclass
+class Step:
+    """One proposed change: which knob of which server, from what to what, and why."""
+
+    server: str
+    workload: str
+    backend: str
+    stage: str  # one of COST_ORDER
+    knob: str
+    current: KnobValue | None
+    proposed: KnobValue
+    reason: str
+    diagnosis: Diagnosis
+    knobs: dict[str, KnobValue] = field(default_factory=dict)  # the server's knobs as measured
+
+    @property
+    def label(self) -> str:
+        text = str(self.proposed).replace(" ", "").replace("/", "-")
+        return f"{self.server}-{self.knob}-{text}"[:80]
+
+    def markdown(self) -> str:
+        evidence = "; ".join(self.diagnosis.evidence) or "see the sweep"
+        return (
+            f"**{self.server} / {self.workload}** ({self.diagnosis.bound}-bound): set `{self.knob}` "
+            f"{self.current!r} → {self.proposed!r} ({self.stage.replace('_', ' ')}). {self.reason} "
+            f"Evidence: {evidence}."
+        )
+
+
+def _current(backend: BackendSpec, knobs: Mapping[str, KnobValue], name: str) -> KnobValue | None:
+    if name in knobs:
+        return knobs[name]
+    spec = backend.knobs.get(name)
+    return spec.default if spec is not None else None
+
+
+Proposal = Callable[[BackendSpec, Mapping[str, KnobValue], Diagnosis], tuple[KnobValue, str] | None]
+
+
+def _seqs_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "max_num_seqs")
+    if not isinstance(cur, int):
+        return None
+    target = max(cur * 2, int(d.level or 0))
+    return target, "Let more requests share a batch: the engine had room while requests queued."
+
+
+def _seqs_up_if_capped(
+    backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis
+) -> tuple[KnobValue, str] | None:
+    # Batching still pays; a cap above the busiest level tested changes nothing there.
+    cur = _current(backend, knobs, "max_num_seqs")
+    if not isinstance(cur, int) or cur > (d.level or 0):
+        return None
+    return cur * 2, "Batching still pays and the sequence cap was reached: let more requests share a batch."
+
+
+def _seqs_down(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "max_num_seqs")
+    if not isinstance(cur, int) or cur <= 1:
+        return None
+    bound = min(cur, int(d.level or cur))
+    return max(bound // 2, 1), "Admit fewer requests at once so the running ones keep their KV cache (no preemption)."
+
+
+def _budget_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "max_num_batched_tokens")
+    if not isinstance(cur, int):
+        return None
+    return cur * 2, "A larger prefill budget per step admits queued requests sooner."
+
+
+def _kv_fp8(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    spec = backend.knobs.get("kv_cache_dtype")
+    if spec is None or not spec.choices:
+        return None
+    for choice in ("fp8", "fp8_e4m3", "q8_0"):
+        if choice in spec.choices:
+            return choice, "An 8-bit KV cache holds about twice the tokens and halves the KV bytes read per step."
+    return None
+
+
+def _share_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "gpu_memory_utilization")
+    if isinstance(cur, int | float) and not isinstance(cur, bool):
+        target = round(min(float(cur) + 0.05, 0.95), 2)
+        return (target, "More memory for the KV cache.") if target > cur else None
+    return None
+
+
+def _space_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "kv_cache_space_gib")
+    if isinstance(cur, int | float) and not isinstance(cur, bool) and cur > 0:
+        return type(cur)(cur * 2), "Twice the CPU KV-cache space."
+    return None
+
+
+def _context_down(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "max_model_len")
+    if not isinstance(cur, int) or cur <= 1024:
+        return None
+    return cur // 2, "A shorter context limit lets more sequences' KV caches fit (check the workload still fits)."
+
+
+def _tp_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    cur = _current(backend, knobs, "tensor_parallel_size")
+    return ((cur * 2), "Shard the model over twice the GPUs.") if isinstance(cur, int) else None
+
+
+def _threads_all(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    import os
+
+    cores = os.cpu_count() or 1
+    cur = _current(backend, knobs, "threads")
+    if isinstance(cur, int) and cur >= cores:
+        return None
+    return cores, f"Bind all {cores} cores to compute."
+
+
+# bound -> (stage, knob, proposal) in cost order.
+_PLAYBOOK: dict[Bound, tuple[tuple[str, str, Proposal], ...]] = {
+    "memory": (
+        ("caps", "max_num_seqs", _seqs_down),
+        ("quantization", "kv_cache_dtype", _kv_fp8),
+        ("kv_share", "gpu_memory_utilization", _share_up),
+        ("kv_share", "kv_cache_space_gib", _space_up),
+        ("context", "max_model_len", _context_down),
+        ("parallelism", "tensor_parallel_size", _tp_up),
+    ),
+    "batching": (
+        ("caps", "max_num_seqs", _seqs_up),
+        ("caps", "max_num_batched_tokens", _budget_up),
+    ),
+    "scheduling": (
+        ("caps", "max_num_batched_tokens", _budget_up),
+        ("caps", "max_num_seqs", _seqs_up),
+    ),
+    "compute": (
+        ("quantization", "kv_cache_dtype", _kv_fp8),
+        ("parallelism", "tensor_parallel_size", _tp_up),
+        ("parallelism", "threads", _threads_all),
+    ),
+    "bandwidth": (
+        ("caps", "max_num_seqs", _seqs_up_if_capped),
+        ("quantization", "kv_cache_dtype", _kv_fp8),
+    ),
+    "unknown": (),
+}
+
+
+def next_step(diagnosis: Diagnosis, backend: BackendSpec, knobs: Mapping[str, KnobValue]) -> Step | None:
+    """The cheapest change that addresses the diagnosis and the backend accepts."""
+    from bakeoff.serving.knobs import check_knob
+
+    for stage, knob, propose in _PLAYBOOK[diagnosis.bound]:
+        if knob not in backend.knobs:
+            continue
+        found = propose(backend, knobs, diagnosis)
+        if found is None:
+            continue
+        value, reason = found
+        try:
+            value = check_knob(backend, knob, value)
+        except BakeoffError:
+            continue  # outside the knob's bounds or choices: try the next stage
+        current = _current(backend, knobs, knob)
+        if value == current:
+            continue
+        return Step(
+            diagnosis.server,
+            diagnosis.workload,
+            backend.name,
+            stage,
+            knob,
+            current,
+            value,
+            reason,
+            diagnosis,
+            dict(knobs),
+        )
+    return None
+
+
+def advise(campaign_dir: Path) -> list[Step]:
+    """One step per diagnosed server and workload that has a next knob."""
+
+    cells = load_cells(campaign_dir)
+    by_key = {(c.label, c.workload): c for c in cells}
+    steps = []
+    for diagnosis in diagnose_cells(cells):
+        cell = by_key[(diagnosis.server, diagnosis.workload)]
+        backend = load_backend(cell.backend)
+        step = next_step(diagnosis, backend, cell.knobs)
+        if step is not None:
+            steps.append(step)
+    return steps
+
+
+def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
+    """A campaign running each advised server as measured and as proposed, on the workloads concerned."""
+    if not steps:
+        raise SpecError(f"{campaign_dir}: no advice to test (no measured diagnosis with a knob left to turn)")
+    raw: dict[str, Any] = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
+    servers: list[dict[str, Any]] = []
+    for step in steps:
+        base = dict(servers_raw[step.server])
+        if all(s.get("label", s["backend"]) != step.server for s in servers):
+            servers.append({**base, "label": step.server})
+        variant = {**base, "label": step.label, "knobs": {**(base.get("knobs") or {}), step.knob: step.proposed}}
+        if all(s["label"] != variant["label"] for s in servers):
+            servers.append(variant)
+    wanted = {s.workload for s in steps}
+    workloads = [w for w in raw["workloads"] if str(w.get("name") or w.get("kind")) in wanted]
+    keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "measure_warm_restart")
+    advice = {
+        "name": f"{raw['name']}-advice",
+        "description": "Written by `bakeoff advise` from "
+        + str(campaign_dir.resolve())
+        + ": "
+        + " ".join(f"{s.server}: {s.knob} {s.current!r} -> {s.proposed!r} ({s.diagnosis.bound}-bound)." for s in steps),
+        **{k: raw[k] for k in keep if k in raw},
+        "servers": servers,
+        "workloads": workloads,
+    }
+    header = "# The next knob to turn, against the current configuration (bakeoff advise).\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + yaml.safe_dump(advice, sort_keys=False))
+    return out

@@ -1,0 +1,247 @@
+"""Why a server behaved as it did: each server and workload classified, citing the series behind it.
+
+Every verdict rests on the telemetry series of :mod:`bakeoff.observe.telemetry_series` and the
+sweep's own figures, and names them, so a reader can check it against the plots:
+
+memory      KV-cache usage near full (>= 90 %), preemptions, or requests waiting while the
+            number running stays capped below the offered concurrency — the KV cache is
+            the limit (more KV share, shorter contexts, fewer sequences, quantized KV).
+batching    the engine is under-used (KV usage low, CPU/GPU busy share low) while requests
+            queue and the number running stays capped — a batching cap (``max_num_seqs``,
+            llama.cpp's slots) is the limit.
+compute     throughput stopped growing with concurrency while the engine is saturated
+            (GPU utilisation or CPU cores near full) — more of the same hardware, or
+            quantization, is what helps.
+scheduling  fast alone, queueing appears with concurrency: TTFT grows several-fold from
+            the lowest level while TPOT stays nearly flat — admission and prefill
+            scheduling (token budget, chunked prefill) decide the wait.
+bandwidth   none of those: throughput still grows with concurrency — decode is bound
+            by memory bandwidth and batching pays (the healthy state).
+
+Precedence follows that order: the first that holds at the busiest level is the verdict.
+Thresholds are module constants, named, so the report can quote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bakeoff.results.layout import CellResult
+
+Bound = Literal["memory", "batching", "compute", "scheduling", "bandwidth", "unknown"]
+
+KV_FULL = 0.9  # KV-cache usage at or above this share is "near full"
+KV_LOW = 0.7  # below this the KV cache is not what limits the batch
+BUSY_HIGH = 0.85  # engine busy share (GPU utilisation, CPU cores / cores) that counts as saturated
+BUSY_LOW = 0.6
+WAITING = 1.0  # mean requests waiting at or above this: a queue formed
+TTFT_GROWTH = 3.0  # TTFT P50 growth from the lowest level that counts as queueing
+TPOT_FLAT = 1.5  # TPOT P50 growth under this counts as flat
+SCALING = 0.5  # throughput gain below this share of the concurrency gain: stopped scaling
+
+
+@dataclass(frozen=True)
+class Level:
+    """One load level of a sweep: its headline figures and its telemetry series (wide, rates added)."""
+
+    concurrency: float
+    output_tok_s: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    series: Any = None  # pandas frame from telemetry_series.with_rates, or None
+    cpus: int | None = None  # cores of the machine the engine ran on
+
+
+@dataclass
+class Diagnosis:
+    server: str
+    workload: str
+    bound: Bound
+    headline: str
+    evidence: list[str] = field(default_factory=list)
+    level: float | None = None  # the load level the evidence is from
+
+    def markdown(self) -> str:
+        cited = "; ".join(self.evidence)
+        return f"**{self.server} / {self.workload}: {self.bound}-bound** — {self.headline}" + (
+            f" Evidence: {cited}." if cited else ""
+        )
+
+
+def _col(series: Any, name: str) -> Any:
+    if series is None or name not in series or not series[name].notna().any():
+        return None
+    return series[name].dropna()
+
+
+def _busy(level: Level) -> tuple[float | None, str]:
+    """The engine's busy share and how it was read (GPU utilisation, else CPU cores / cores)."""
+    gpu = _col(level.series, "gpu_util_pct")
+    if gpu is not None:
+        return float(gpu.mean()) / 100.0, f"GPU utilisation averaged {gpu.mean():.0f} %"
+    cpu = _col(level.series, "cpu_cores")
+    if cpu is not None and level.cpus:
+        share = float(cpu.mean()) / level.cpus
+        return share, f"the engine kept {cpu.mean():.1f} of {level.cpus} cores busy"
+    return None, ""
+
+
+def _memory(level: Level) -> list[str]:
+    found: list[str] = []
+    kv = _col(level.series, "kv_cache_usage")
+    if kv is not None and kv.max() >= KV_FULL:
+        at = float(level.series.loc[kv.idxmax(), "t_s"])
+        found.append(f"KV-cache usage peaked at {kv.max():.0%} (t = {at:.0f} s)")
+    pre = _col(level.series, "preemptions")
+    if pre is not None and pre.iloc[-1] - pre.iloc[0] > 0:
+        found.append(f"{pre.iloc[-1] - pre.iloc[0]:.0f} preemptions in the window")
+    capped = _capped_queue(level)
+    if found and capped:
+        found.append(capped)
+    return found
+
+
+def _capped_queue(level: Level) -> str | None:
+    """Requests waited while the number running stayed below the offered concurrency."""
+    waiting, running = _col(level.series, "waiting"), _col(level.series, "running")
+    if waiting is None or running is None or waiting.mean() < WAITING:
+        return None
+    if running.max() >= level.concurrency:
+        return None
+    third = max(len(waiting) // 3, 1)
+    return (
+        f"requests waiting went from {waiting.iloc[:third].mean():.1f} to {waiting.iloc[-third:].mean():.1f} "
+        f"(mean {waiting.mean():.1f}) while running stayed at most {running.max():.0f} of {level.concurrency:g} offered"
+    )
+
+
+def _batching(level: Level) -> list[str]:
+    capped = _capped_queue(level)
+    if capped is None:
+        return []
+    kv = _col(level.series, "kv_cache_usage")
+    if kv is not None and kv.max() >= KV_LOW:
+        return []
+    busy, how = _busy(level)
+    if busy is not None and busy >= BUSY_LOW:
+        return []
+    found = [capped]
+    if kv is not None:
+        found.append(f"KV-cache usage stayed at or under {kv.max():.0%}")
+    if how:
+        found.append(how)
+    return found
+
+
+def _scaling(low: Level, high: Level) -> tuple[float, float] | None:
+    """(throughput gain, concurrency gain) from the lowest level to the busiest."""
+    if not low.output_tok_s or high.output_tok_s is None or high.concurrency <= low.concurrency:
+        return None
+    return high.output_tok_s / low.output_tok_s, high.concurrency / low.concurrency
+
+
+def _compute(low: Level, high: Level) -> list[str]:
+    scaling = _scaling(low, high)
+    busy, how = _busy(high)
+    if scaling is None or busy is None:
+        return []
+    gain, scale = scaling
+    if gain >= SCALING * scale or busy < BUSY_HIGH:
+        return []
+    return [f"throughput grew {gain:.1f}x for {scale:g}x concurrency", how]
+
+
+def _scheduling(low: Level, high: Level) -> list[str]:
+    if not (low.ttft_p50_ms and high.ttft_p50_ms and low.tpot_p50_ms and high.tpot_p50_ms):
+        return []
+    ttft, tpot = high.ttft_p50_ms / low.ttft_p50_ms, high.tpot_p50_ms / low.tpot_p50_ms
+    if ttft < TTFT_GROWTH or tpot >= TPOT_FLAT:
+        return []
+    found = [
+        f"TTFT P50 went from {low.ttft_p50_ms:.0f} ms alone to {high.ttft_p50_ms:.0f} ms at concurrency "
+        f"{high.concurrency:g} ({ttft:.1f}x) while TPOT P50 changed {tpot:.2f}x"
+    ]
+    waiting = _col(high.series, "waiting")
+    if waiting is not None:
+        found.append(f"the server reported {waiting.mean():.1f} requests waiting on average")
+    if high.ttft_p99_ms:
+        found.append(f"TTFT P99 is {high.ttft_p99_ms / high.ttft_p50_ms:.1f}x P50")
+    return found
+
+
+_HEADLINES: dict[Bound, str] = {
+    "memory": "the KV cache is full: requests are preempted or held back for memory.",
+    "batching": "the engine has room but admits few requests at once: a batching cap holds the queue.",
+    "compute": "the engine is saturated; more concurrency buys latency, not throughput.",
+    "scheduling": "each request is fast alone, but requests queue for admission as concurrency grows.",
+    "bandwidth": "throughput still grows with concurrency: decode is memory-bandwidth-bound and batching pays.",
+    "unknown": "too little to go on (one level, or no telemetry).",
+}
+
+
+def classify(server: str, workload: str, levels: Sequence[Level]) -> Diagnosis:
+    """The verdict for one server on one workload, from its levels (any order)."""
+    ordered = sorted(levels, key=lambda lv: lv.concurrency)
+    if not ordered:
+        return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"])
+    low, high = ordered[0], ordered[-1]
+    # The busiest level with memory evidence: preemptions may show before the top level.
+    for level in reversed(ordered):
+        evidence = _memory(level)
+        if evidence:
+            return Diagnosis(server, workload, "memory", _HEADLINES["memory"], evidence, level.concurrency)
+    checks: tuple[tuple[Bound, list[str]], ...] = (
+        ("batching", _batching(high)),
+        ("compute", _compute(low, high)),
+        ("scheduling", _scheduling(low, high)),
+    )
+    for bound, evidence in checks:
+        if evidence:
+            return Diagnosis(server, workload, bound, _HEADLINES[bound], evidence, high.concurrency)
+    scaling = _scaling(low, high)
+    if scaling is not None and scaling[0] >= SCALING * scaling[1]:
+        gain, scale = scaling
+        cited = [f"throughput grew {gain:.1f}x for {scale:g}x concurrency"]
+        return Diagnosis(server, workload, "bandwidth", _HEADLINES["bandwidth"], cited, high.concurrency)
+    return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"], [], high.concurrency)
+
+
+def levels_of_cell(cell: CellResult) -> list[Level]:
+    """A cell's closed-loop levels with their series (``cell``: a CellResult of load_cells)."""
+    from bakeoff.observe.telemetry_series import SERIES_KEY, read_series, with_rates
+    from bakeoff.results.store import RUN_INFO, read_json_or_empty
+
+    levels = []
+    for run, summary in cell.summaries.items():
+        if summary.workload.mode != "closed" or summary.workload.concurrency is None:
+            continue
+        run_dir = cell.dir / "runs" / run
+        name = summary.telemetry_series.get(SERIES_KEY)
+        series = with_rates(read_series(run_dir / name)) if name and (run_dir / name).is_file() else None
+        info = read_json_or_empty(run_dir / RUN_INFO)
+        latency = summary.latency
+        levels.append(
+            Level(
+                concurrency=float(summary.workload.concurrency),
+                output_tok_s=summary.throughput.output_tok_s,
+                ttft_p50_ms=latency.ttft_ms.p50,
+                ttft_p99_ms=latency.ttft_ms.p99,
+                tpot_p50_ms=latency.tpot_ms.p50,
+                series=series,
+                cpus=(info.get("machine") or {}).get("cpus"),
+            )
+        )
+    return levels
+
+
+def diagnose_cells(cells: Sequence[CellResult]) -> list[Diagnosis]:
+    """One diagnosis per measured (not rehearsed) server and workload, its repeats' levels together."""
+    pairs: dict[tuple[str, str], list[Level]] = {}
+    for cell in cells:
+        if any(s.rehearsal for s in cell.summaries.values()):
+            continue  # a stand-in's telemetry says nothing about the framework
+        pairs.setdefault((cell.label, cell.workload), []).extend(levels_of_cell(cell))
+    return [classify(server, workload, levels) for (server, workload), levels in pairs.items() if levels]

@@ -1,0 +1,358 @@
+"""Campaigns end to end: run every cell through its notebook, then the report.
+
+The cells and their checks come from :mod:`bakeoff.campaign.cells`. ``bench.ipynb``
+runs a cell (launch, load, save, its own plots) by calling :func:`run_cell`;
+``compare.ipynb`` turns all cells into the comparison, exported to ``report.html``.
+Everything a run needs is checked (:func:`bakeoff.campaign.cells.validate_campaign`)
+before any server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bakeoff.campaign import quality, resume
+from bakeoff.campaign.cells import Cell, expand, prepare
+from bakeoff.campaign.cold_cache import CellServer
+from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
+from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.history.archive import archive_after_run
+from bakeoff.measure.client import ClientSettings, TokenCounter
+from bakeoff.measure.metrics import cost_per_million_tokens
+from bakeoff.measure.slo import Slo, resolve_slo, search_max_rate
+from bakeoff.models.model_source import ModelSource, resolve_model
+from bakeoff.notebook import kernelrun
+from bakeoff.notebook.htmlexport import export_html
+from bakeoff.notebook.kernelrun import kernel_environment
+from bakeoff.observe.origin import versions
+from bakeoff.paths import notebook, notebook_kernel, reports_dir
+from bakeoff.results.layout import CAMPAIGN_COPY, is_rehearsal
+from bakeoff.results.store import CELL_INFO, SUMMARY, read_summary, write_json, write_summary
+from bakeoff.results.summary import Cost, Effort, RunSummary
+from bakeoff.serving import launchers
+from bakeoff.serving.containers import reap_containers
+from bakeoff.serving.death_watch import watch_for
+from bakeoff.serving.launch_render import RenderedLaunch
+from bakeoff.serving.launchers import LaunchContext
+from bakeoff.serving.process import ServerHandle, reap_leftovers
+from bakeoff.workloads.kinds import OpenLoop
+from bakeoff.workloads.plan_store import load_plans
+from bakeoff.workloads.plans import RunPlan
+from bakeoff.workloads.prompts import load_tokenizer
+
+
+def start_server(
+    cell: Cell, source: ModelSource, served_name: str, run_dir: Path
+) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+    """Launch a cell's server with the launcher its kind needs (:mod:`bakeoff.serving.launchers`)."""
+    if cell.server.model_path is not None:
+        # This server's own packaging of the model (a ModelOpt export, an AWQ folder).
+        source = ModelSource(hf_id=None, local_dir=cell.server.model_path)
+    ctx = LaunchContext(cell.server, cell.backend, source, served_name, run_dir, cell.headers, cell.draft_dir)
+    return launchers.start_server(ctx, rehearse=cell.rehearse)
+
+
+def cell_fingerprint(cell: Cell, campaign_dir: Path) -> dict[str, Any]:
+    """What a finished cell's measurement depends on (:func:`bakeoff.campaign.resume.fingerprint`)."""
+    return resume.fingerprint(
+        campaign_dir / "plans" / cell.workload.label,
+        cell.server.model_dump(mode="json"),
+        cell.backend.model_dump(mode="json"),
+        versions(cell.backend),
+    )
+
+
+def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: int = 1) -> dict[str, Any]:
+    """Launch one server, run one workload's plans, save runs and the cell's effort record.
+
+    ``repeat``: which repeat of the pair to measure (its own cell folder; see :func:`order_repeats`).
+    """
+    spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
+    source = resolve_model(spec.model)
+    everything = expand(spec, source.local_dir, rehearse=is_rehearsal(campaign_dir))
+    cells = [
+        c
+        for c in everything
+        if c.server.label == server_label and c.workload.label == workload_name and c.repeat == repeat
+    ]
+    if not cells:
+        raise SpecError(f"no cell {server_label} x {workload_name} (repeat {repeat}) in {campaign_dir / CAMPAIGN_COPY}")
+    cell = cells[0]
+    cell_dir = campaign_dir / "cells" / cell.cell_id
+    plans = load_plans(campaign_dir / "plans" / workload_name)
+    tokenizer = load_tokenizer(source.tokenizer_dir())
+    effort: dict[str, Any] = {"failed_start_attempts": []}
+    summaries: dict[str, Any] = {}
+    info: dict[str, Any] = {
+        "server": cell.server.model_dump(mode="json"),
+        "backend": cell.backend.name,
+        "workload": workload_name,
+        "repeat": repeat,
+        "status": "running",
+        "started_at": resume.now_iso(),
+        # Attempts a resumed campaign moved aside before measuring this cell again.
+        "earlier_attempts": resume.earlier_attempts(cell_dir),
+    }
+    write_json(cell_dir / CELL_INFO, info)
+    restarts: list[dict[str, Any]] = []
+    effort["cache_restarts"] = restarts  # restarts that emptied the prefix cache (cache_reset: restart)
+
+    def start() -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+        return start_server(cell, source, spec.model.served_name, cell_dir)
+
+    try:
+        for attempt in range(1, spec.start_attempts + 1):
+            try:
+                with CellServer(start, cell.backend, restarts) as server:
+                    if "server" not in effort:
+                        handle, launch = server.current()
+                        effort.update(_static_effort(cell, launch, handle))
+                    _run_plans(cell, spec.slo, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
+                    if spec.quality is not None:  # after the speed runs, on the same server
+                        settings = client_settings(cell, server.current()[0], tokenizer.count)
+                        info["quality"] = quality.measure_cell(spec.quality, settings, cell_dir, cell.cell_id)["rates"]
+                break
+            except LaunchError as exc:
+                # Failed starts (a restart's too) are part of the engineering effort: record each, then retry.
+                effort["failed_start_attempts"].append(str(exc)[:2000])
+                if attempt == spec.start_attempts:
+                    raise
+        effort["cache_restart_s"] = sum(r["stop_s"] + r["start_s"] for r in restarts)
+        if spec.measure_warm_restart and repeat > 1:
+            # A later repeat's start found the caches a first start filled: it is the warm restart.
+            effort["warm_restart_s"] = effort.get("cold_start_s")
+        elif spec.measure_warm_restart and spec.repeats == 1:
+            # A cache restart already was a warm restart: no extra one to time.
+            effort["warm_restart_s"] = (
+                restarts[0]["start_s"] if restarts else _time_restart(cell, source, spec.model.served_name, cell_dir)
+            )
+        info["status"] = "ok"
+        info["fingerprint"] = cell_fingerprint(cell, campaign_dir)
+        info["finished_at"] = resume.now_iso()
+    except (LaunchError, ServerDiedError) as exc:
+        info["status"] = "failed"
+        info["error"] = str(exc)[:4000]
+        if isinstance(exc, ServerDiedError):
+            info["server_died"] = exc.verdict
+        raise
+    except KeyboardInterrupt:
+        info["status"] = "interrupted"
+        raise
+    finally:
+        info["effort"] = effort
+        write_json(cell_dir / CELL_INFO, info)
+        _attach(cell_dir, effort, cell.server.cost_per_hour_usd)
+    return summaries
+
+
+def client_settings(cell: Cell, handle: ServerHandle, count_tokens: TokenCounter | None) -> ClientSettings:
+    """How a cell's requests are sent to its running server."""
+    return ClientSettings(
+        base_url=handle.base_url,
+        model=handle.model,
+        extra_body=dict(cell.backend.request.extra_body),
+        request_timeout_s=cell.workload.request_timeout_s,
+        stall_timeout_s=cell.workload.stall_timeout_s,
+        count_tokens=count_tokens,
+        min_tokens=cell.backend.request.min_tokens,
+        headers=cell.headers,
+    )
+
+
+def _run_plans(
+    cell: Cell,
+    campaign_slo: Slo,
+    plans: list[RunPlan],
+    count_tokens: TokenCounter,
+    server: CellServer,
+    cell_dir: Path,
+    effort: dict[str, Any],
+    info: dict[str, Any],
+    summaries: dict[str, Any],
+) -> None:
+    """Every plan of the cell against the ready server, then the SLO search if asked for.
+
+    Plans already in ``summaries`` ran on an earlier start of this cell and are skipped.
+    """
+    slo = resolve_slo(campaign_slo)
+
+    def execute(plan: RunPlan) -> RunSummary:
+        cache = server.prepare(plan)  # may restart the server: take the handle after it
+        handle, _ = server.current()
+        settings = client_settings(cell, handle, count_tokens)
+        server_info = {**effort["server"], "base_url": handle.base_url, "startup_s": handle.startup_s}
+        watch = lambda: watch_for(handle)  # noqa: E731 - a fresh watch per run
+        pid = handle.pid if handle.kind in ("process", "rehearsal") else None  # its CPU/RSS go into telemetry
+        target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False, watch=watch, server_pid=pid)
+        target.client_processes = cell.client_processes
+        result = execute_plan(plan, target, cell_dir / "runs" / plan.name, cache_state=cache, repeat=cell.repeat)
+        server.ran(plan)
+        summaries[plan.name] = result
+        return result
+
+    for plan in plans:
+        if plan.name not in summaries:
+            execute(plan)
+    wl = cell.workload
+    if isinstance(wl, OpenLoop) and wl.slo_search:
+        tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
+        info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
+
+
+def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> dict[str, Any]:
+    knob_costs = {k: cell.backend.knobs[k].change_needs for k in cell.backend.knobs}
+    return {
+        "cold_start_s": handle.startup_s,
+        "image_build_s": handle.extra.get("image_build_s"),
+        "engine_build_s": handle.extra.get("engine_build_s"),
+        "flags_changed": len(launch.non_default),
+        "non_default_knobs": launch.non_default,
+        "config_lines": len(launch.config_text.splitlines()) if launch.config_text else 0,
+        "knob_change_needs": knob_costs,
+        # What the framework itself warns about for these knob values (e.g. vLLM without chunked prefill).
+        "launch_warnings": list(launch.warnings),
+        "server": {
+            "backend": cell.backend.name,
+            "label": cell.server.label,
+            "knobs": launch.knobs,
+            "command_line": handle.command_line,
+            "kind": handle.kind,
+            "image": handle.image,
+            "image_digest": handle.image_digest,
+            "base_url": handle.base_url,
+        },
+    }
+
+
+def _time_restart(cell: Cell, source: ModelSource, served_name: str, cell_dir: Path) -> float | None:
+    """Second start of the same server: caches (compiled kernels, page cache) are warm now."""
+    if cell.server.url:
+        return None  # not bakeoff's to restart
+    started = time.monotonic()
+    try:
+        with start_server(cell, source, served_name, cell_dir / "restart"):
+            return time.monotonic() - started
+    except LaunchError:
+        return None
+
+
+def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None) -> None:
+    """Add the cell's effort (and cost) to every run summary of the cell."""
+    public = Effort.model_validate({k: v for k, v in effort.items() if k != "server"})
+    for path in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}")):
+        summary = read_summary(path)
+        cost = Cost(
+            usd_per_hour=cost_per_hour,
+            usd_per_million_output_tokens=cost_per_million_tokens(cost_per_hour, summary.throughput.output_tok_s),
+        )
+        write_summary(path, summary.model_copy(update={"effort": public, "cost": cost}))
+
+
+def run_campaign(
+    path: Path,
+    out_dir: Path | None = None,
+    only: list[str] | None = None,
+    *,
+    rehearse: bool = False,
+    fresh: bool = False,
+) -> Path:
+    """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``.
+
+    A rehearsal goes to ``reports/NAME-rehearsal`` unless told otherwise, never beside real runs.
+    Cells the folder already holds, measured the same way, are skipped (:mod:`bakeoff.campaign.resume`);
+    ``fresh`` measures everything again. Ctrl-C stops the running cell within seconds
+    (:mod:`bakeoff.notebook.kernelrun`), keeps what it measured and renders no report.
+    """
+    name = load_campaign(path).name + ("-rehearsal" if rehearse else "")
+    out = (out_dir or reports_dir() / name).resolve()
+    if fresh:
+        resume.start_over(out)
+    spec, cells = prepare(path, out, only, rehearse=rehearse)
+    # What a campaign killed hard (SIGKILL, a lost machine) left: its servers, its unfinished runs.
+    reap_leftovers(out / "cells")
+    reap_containers(out / "cells")
+    salvage_runs(out / "cells", resolve_slo(spec.slo))
+    failures: list[str] = []
+    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells])
+    with kernel_environment():
+        try:
+            _run_cells(cells, out, failures, progress)
+        except KeyboardInterrupt:
+            print(
+                f"interrupted: finished cells and requests are kept in {out}; run the same command again "
+                "to measure the rest (no report rendered)",
+                file=sys.stderr,
+            )
+            raise
+        finally:
+            # A cell cut short (Ctrl-C, a killed kernel) cannot clean up after itself.
+            reap_leftovers(out / "cells")
+            reap_containers(out / "cells")
+            salvage_runs(out / "cells", resolve_slo(spec.slo))
+            print(progress.summary(), flush=True)
+        report = render_report(out, failures)
+    # Into the history, where the next run of this campaign cannot overwrite it (bakeoff.history.archive).
+    archive_after_run(out, path)
+    return report
+
+
+def _run_cells(cells: list[Cell], out: Path, failures: list[str], progress: CampaignProgress) -> None:
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
+    for index, cell in enumerate(cells):
+        cell_dir = out / "cells" / cell.cell_id
+        verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
+        line = ""
+        if verdict.state == "complete":
+            progress.skip(index, cell.cell_id, verdict.reason)
+            continue
+        if verdict.state != "new":
+            kept = resume.archive_attempt(cell_dir, verdict.reason)
+            where = f" (the earlier attempt is kept in {kept.relative_to(out)})" if kept else ""
+            line += f": {verdict.reason}; measuring it again{where}"
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        progress.start(index, cell.cell_id, line)
+        try:
+            kernelrun.execute(
+                notebook("bench.ipynb"),
+                cell_dir / "bench.ipynb",
+                {
+                    "campaign_dir": str(out),
+                    "server_label": cell.server.label,
+                    "workload_name": cell.workload.label,
+                    "repeat": cell.repeat,
+                    # The campaign measures; the same notebook opened later only shows the runs.
+                    "measure": True,
+                },
+                cell_dir,
+                kernel_name=notebook_kernel(),
+            )
+        except papermill.PapermillExecutionError as exc:
+            failures.append(cell.cell_id)
+            progress.end(cell.cell_id, False, f"{exc.ename}: {str(exc.evalue)[:300]}")
+        except DeadKernelError:
+            failures.append(cell.cell_id)
+            progress.end(cell.cell_id, False, "its notebook kernel died")
+        else:
+            progress.end(cell.cell_id, True, cell_result(cell_dir))
+
+
+def render_report(out: Path, failures: list[str] | None = None) -> Path:
+    """Execute ``compare.ipynb`` over the campaign folder and export it, code hidden, to HTML."""
+    out = out.resolve()  # the notebook kernel runs with the campaign folder as its cwd
+
+    with kernel_environment():
+        parameters = {"campaign_dir": str(out)}
+        kernel = notebook_kernel()
+        kernelrun.execute(notebook("compare.ipynb"), out / "compare.ipynb", parameters, out, kernel_name=kernel)
+    export_html(out / "compare.ipynb", out / "report.html")
+    if failures:
+        print(f"cells that failed: {', '.join(failures)} (see their bench.ipynb and server.log)", file=sys.stderr)
+    return out / "report.html"

@@ -1,0 +1,157 @@
+"""What a campaign costs before it runs, and what it is doing while it runs.
+
+:func:`estimate_cell` takes a cell's requests from its workload's ``cost()`` and turns
+them into a rough duration from a per-token decode time and a server start-up time; both
+are assumptions, stated in the output, and :class:`CampaignProgress` rescales the remaining
+estimate by how the finished cells actually compared with theirs. Progress lines go to
+the terminal: a line per cell when it starts (``[3/8]``, estimate, time left) and ends
+(its headline result), and a summary at the end. Live bars (:func:`bar`, tqdm) are shown
+only on a terminal, never in CI logs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from bakeoff.results.store import SUMMARY, read_summary
+from bakeoff.results.summary import STAT_LABELS, StatName
+from bakeoff.workloads.kinds import Workload
+
+# Rough decode speeds per output token and start-up times: CPU figures from this project's
+# small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU. A
+# rehearsal's stand-in (the reference server) is up in about a second.
+TOKEN_S = {"cpu": 0.010, "gpu": 0.015}
+START_S = {"process": 60.0, "container": 120.0, "external": 2.0, "rehearsal": 2.0}
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    requests: int
+    seconds: float
+
+
+def estimate_cell(wl: Workload, accelerator: str, kind: str, restart: bool) -> CellEstimate:
+    """Requests a cell sends and roughly how long it takes, server start(s) included."""
+    cost = wl.cost()
+    token_s = TOKEN_S.get(accelerator, TOKEN_S["gpu"])
+    starts = START_S.get(kind, START_S["process"]) * (2 if restart and kind != "external" else 1)
+    return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + starts)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def assumptions() -> str:
+    return (
+        f"assuming ~{TOKEN_S['cpu'] * 1000:.0f} ms per output token on CPU, {TOKEN_S['gpu'] * 1000:.0f} ms on GPU, "
+        f"{START_S['process']:.0f} s per process start and {START_S['container']:.0f} s per container start"
+    )
+
+
+def cell_result(cell_dir: Path) -> str:
+    """The headline of a finished cell: best throughput, its TTFT, failed requests.
+
+    The TTFT shown is the highest percentile the best run's sample supports (P99 needs 100
+    requests), so a short run does not print its largest sample as a P99.
+    """
+    summaries = [read_summary(p) for p in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}"))]
+    if not summaries:
+        return "no runs saved"
+    best = max(summaries, key=lambda s: s.throughput.output_tok_s)
+    failed = sum(s.requests.failed for s in summaries)
+    ttft = best.latency.ttft_ms
+    highest_first: tuple[StatName, ...] = ("p99", "p90", "p50")
+    supported = [name for name in highest_first if ttft.supported(name) and ttft.value(name) is not None]
+    shown = supported[0] if supported else None
+    ttft_text = f", {STAT_LABELS[shown]} TTFT {ttft.value(shown):.0f} ms (n={ttft.n})" if shown else ""
+    return (
+        f"{len(summaries)} run(s), best {best.throughput.output_tok_s:.0f} output tok/s "
+        f"({best.workload.run or '?'}){ttft_text}, {failed} failed request(s)"
+    )
+
+
+@dataclass
+class _Done:
+    cell_id: str
+    status: str  # ok, FAILED, skipped
+    seconds: float
+    estimated: float
+    result: str
+
+
+@dataclass
+class CampaignProgress:
+    """Prints a campaign's progress; estimates rescale by the ratio seen on measured cells."""
+
+    estimates: list[CellEstimate]
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    done: list[_Done] = field(default_factory=list)
+    _index: int = 0
+    _started: float = 0.0
+    _campaign_started: float = field(default_factory=time.monotonic)
+
+    def _scale(self) -> float:
+        measured = [d for d in self.done if d.status != "skipped"]
+        spent, planned = sum(d.seconds for d in measured), sum(d.estimated for d in measured)
+        return spent / planned if spent > 0 and planned > 0 else 1.0
+
+    def _left(self, index: int) -> float:
+        return sum(e.seconds for e in self.estimates[index:]) * self._scale()
+
+    def start(self, index: int, cell_id: str, note: str = "") -> None:
+        self._index, self._started = index, time.monotonic()
+        this = self.estimates[index].seconds * self._scale()
+        left = self._left(index)
+        eta = time.strftime("%H:%M", time.localtime(time.time() + left))
+        print(
+            f"[{index + 1}/{len(self.estimates)}] {cell_id}{note}: {self.estimates[index].requests} requests, "
+            f"about {duration(this)} (campaign done about {eta}, {duration(left)} left)",
+            file=self.out,
+            flush=True,
+        )
+
+    def skip(self, index: int, cell_id: str, reason: str) -> None:
+        self.done.append(_Done(cell_id, "skipped", 0.0, 0.0, reason))
+        print(f"[{index + 1}/{len(self.estimates)}] {cell_id}: {reason}; skipped", file=self.out, flush=True)
+
+    def end(self, cell_id: str, ok: bool, result: str) -> None:
+        took = time.monotonic() - self._started
+        status = "ok" if ok else "FAILED"
+        self.done.append(_Done(cell_id, status, took, self.estimates[self._index].seconds, result))
+        print(f"      {'done' if ok else 'FAILED'} in {duration(took)}: {result}", file=self.out, flush=True)
+
+    def summary(self) -> str:
+        total = time.monotonic() - self._campaign_started
+        failed = sum(d.status == "FAILED" for d in self.done)
+        lines = [f"campaign: {len(self.done) - failed}/{len(self.estimates)} cells ok in {duration(total)}"]
+        for d in self.done:
+            lines.append(f"  {d.status:7} {d.cell_id:40} {duration(d.seconds):>7}  {d.result}")
+        missing = len(self.estimates) - len(self.done)
+        if missing:
+            lines.append(f"  {missing} cell(s) not run (interrupted)")
+        return "\n".join(lines)
+
+
+def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:
+    """Total requests and seconds of a campaign's cells (``campaign_cells.Cell`` objects)."""
+    estimates = [cell_estimate(c, restart) for c in cells]
+    return sum(e.requests for e in estimates), sum(e.seconds for e in estimates)
+
+
+def cell_estimate(cell: Any, restart: bool) -> CellEstimate:
+    """One ``campaign_cells.Cell``'s estimate, its start-up time that of the launcher it gets."""
+    # Imported here: launchers reach containers, which use this module's progress bars.
+    from bakeoff.serving.launchers import launcher_kind
+
+    kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
+    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart)

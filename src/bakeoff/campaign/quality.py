@@ -1,0 +1,303 @@
+"""Quality checks: a faster configuration that breaks its outputs is a regression too.
+
+A campaign's ``quality:`` names a fixed prompt set (``quality/NAME.jsonl``, shipped, or
+any ``.jsonl`` file), one JSON object a line::
+
+    {"id": "person-json", "kind": "json", "prompt": "...", "required_keys": ["name", "age"], "max_tokens": 96}
+    {"id": "capital", "kind": "exact", "prompt": "...", "answer": "Paris", "max_tokens": 8}
+    {"id": "summary", "kind": "free", "prompt": "...", "min_words": 20, "max_words": 120, "max_tokens": 256}
+
+After a cell's speed runs, every item is sent to its server at temperature 0, through the
+same streaming client as the measured load (without ``ignore_eos`` or ``min_tokens``: the
+model must be free to stop), and scored into ``quality.json`` beside the cell:
+
+==================== ===========================================================================
+rate                 definition (over the items that got an answer; failed requests are counted
+                     apart, never scored)
+==================== ===========================================================================
+invalid_json         ``json`` items whose output is not a JSON object holding every required key
+                     (one surrounding Markdown code fence is allowed)
+truncated            items stopped by ``max_tokens`` (``finish_reason == "length"``) before their
+                     expected end: a ``json`` item that does not parse, an ``exact`` item without
+                     its answer, any ``free`` item (its end is the model's own stop)
+refused              outputs that open with a refusal (``REFUSAL`` patterns)
+exact                ``exact`` items whose normalized output equals the normalized answer
+length_ok            ``free`` items whose word count is within ``min_words``..``max_words``
+agreement            items whose normalized output equals the baseline's for the same item
+                     (``quality.baseline``: a campaign folder; the same cell, else the same server)
+==================== ===========================================================================
+
+Normalized: stripped, lower-cased, whitespace collapsed, trailing ``.`` removed. A rate
+whose denominator is 0 is ``None`` ("not measured"), never 0. The generated CPU models
+emit random text: their rates are computed and shown like any other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bakeoff.errors import SpecError
+from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.results.layout import QUALITY_FILE
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import read_json, write_json
+from bakeoff.schema import Strict
+from bakeoff.workloads.plans import PlannedRequest
+
+REFUSAL = re.compile(
+    r"^(i'?m sorry|i am sorry|sorry, (but )?i|i can(no|')t|i cannot|i won'?t|i will not|i'?m (not )?(un)?able to"
+    r"|i am (not )?(un)?able to|as an ai\b)"
+)
+
+
+class QualityItem(BaseModel):
+    """One prompt of a quality set and what its answer must satisfy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    kind: Literal["json", "exact", "free"]
+    prompt: str = Field(min_length=1)
+    max_tokens: Annotated[int, Field(ge=1)] = 128
+    required_keys: list[str] = Field(default_factory=list)
+    answer: str | None = None
+    min_words: Annotated[int, Field(ge=0)] | None = None
+    max_words: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> QualityItem:
+        if self.kind == "exact" and not self.answer:
+            raise ValueError("an 'exact' item needs 'answer'")
+        if self.kind == "free" and self.min_words is None and self.max_words is None:
+            raise ValueError("a 'free' item needs 'min_words' and/or 'max_words'")
+        if self.kind != "json" and self.required_keys:
+            raise ValueError("'required_keys' belongs to 'json' items")
+        return self
+
+
+def prompt_set_path(name: str) -> Path:
+    """A shipped set by name (``default``), or a path to a ``.jsonl`` file."""
+    if name.endswith(".jsonl") or "/" in name:
+        return Path(name).expanduser()
+    from bakeoff.paths import shipped
+
+    return shipped("quality") / f"{name}.jsonl"
+
+
+def load_prompt_set(name: str, where: str = "quality.prompts") -> list[QualityItem]:
+    """Read and check a prompt set; any problem is a :class:`SpecError` naming the line."""
+    path = prompt_set_path(name)
+    if not path.is_file():
+        raise SpecError(f"{where}: no prompt set {path}; name a set in quality/ (e.g. default) or a .jsonl file")
+    items: list[QualityItem] = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append(QualityItem.model_validate(orjson.loads(line)))
+        except (orjson.JSONDecodeError, ValidationError) as exc:
+            detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise SpecError(f"{where}: {path}:{number}: {detail}") from exc
+    ids = [i.id for i in items]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if not items or repeated:
+        raise SpecError(f"{where}: {path}: " + (f"repeated ids {repeated}" if repeated else "no items"))
+    return items
+
+
+def set_digest(name: str) -> str:
+    return hashlib.sha256(prompt_set_path(name).read_bytes()).hexdigest()
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.strip().lower().split()).rstrip(".").strip()
+
+
+def parse_json_answer(text: str, required: Sequence[str]) -> bool:
+    """A JSON object with every required key (one surrounding Markdown code fence allowed)."""
+    body = text.strip()
+    fenced = re.fullmatch(r"```[A-Za-z]*\s*\n?(.*?)\n?```", body, flags=re.DOTALL)
+    if fenced:
+        body = fenced.group(1).strip()
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and all(key in value for key in required)
+
+
+def check(item: QualityItem, record: RequestRecord) -> dict[str, Any]:
+    """One answer's checks; ``None`` where a check does not apply to the item's kind."""
+    text = record.output_text
+    answer: dict[str, Any] = {
+        "id": item.id,
+        "kind": item.kind,
+        "output": text,
+        "finish_reason": record.finish_reason,
+        "error": record.error_kind,
+    }
+    if not record.ok:
+        return answer
+    valid = parse_json_answer(text, item.required_keys) if item.kind == "json" else None
+    exact = normalize(text) == normalize(item.answer or "") if item.kind == "exact" else None
+    length_ok = None
+    if item.kind == "free":
+        words = len(text.split())
+        length_ok = (item.min_words is None or words >= item.min_words) and (
+            item.max_words is None or words <= item.max_words
+        )
+    complete = {"json": valid, "exact": exact, "free": False}[item.kind]
+    answer.update(
+        valid_json=valid,
+        exact=exact,
+        length_ok=length_ok,
+        truncated=record.finish_reason == "length" and not complete,
+        refused=bool(REFUSAL.match(normalize(text))),
+    )
+    return answer
+
+
+def _rate(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def score(answers: list[dict[str, Any]], baseline: dict[str, str] | None = None) -> dict[str, Any]:
+    """The rates of one server's answers (see the module table); ``baseline``: item id -> output."""
+    ok = [a for a in answers if a["error"] is None]
+    json_items = [a for a in ok if a["kind"] == "json"]
+    agreement = None
+    if baseline is not None:
+        shared = [a for a in ok if a["id"] in baseline]
+        agreement = _rate([normalize(a["output"]) == normalize(baseline[a["id"]]) for a in shared])
+    return {
+        "items": len(answers),
+        "answered": len(ok),
+        "failed": len(answers) - len(ok),
+        "invalid_json": _rate([not a["valid_json"] for a in json_items]),
+        "truncated": _rate([a["truncated"] for a in ok]),
+        "refused": _rate([a["refused"] for a in ok]),
+        "exact": _rate([a["exact"] for a in ok if a["kind"] == "exact"]),
+        "length_ok": _rate([a["length_ok"] for a in ok if a["kind"] == "free"]),
+        "agreement": agreement,
+    }
+
+
+def planned(items: list[QualityItem], endpoint: str) -> list[PlannedRequest]:
+    if endpoint == "chat":
+        return [
+            PlannedRequest(n, "chat", i.max_tokens, messages=[{"role": "user", "content": i.prompt}], group=i.id)
+            for n, i in enumerate(items)
+        ]
+    return [PlannedRequest(n, "completions", i.max_tokens, prompt=i.prompt, group=i.id) for n, i in enumerate(items)]
+
+
+def quality_settings(settings: ClientSettings) -> ClientSettings:
+    """The measured load's client settings, minus what forces a length: the model must stop on its own."""
+    extra = {k: v for k, v in settings.extra_body.items() if k != "ignore_eos"}
+    return ClientSettings(
+        base_url=settings.base_url,
+        model=settings.model,
+        extra_body=extra,
+        request_timeout_s=settings.request_timeout_s,
+        stall_timeout_s=settings.stall_timeout_s,
+        count_tokens=settings.count_tokens,
+        headers=settings.headers,
+        min_tokens=False,
+    )
+
+
+async def ask(settings: ClientSettings, requests: list[PlannedRequest], concurrency: int) -> list[RequestRecord]:
+    """Every request through the streaming client, ``concurrency`` at a time, in request order."""
+    from bakeoff.measure.loadgen import closed_loop
+
+    records: list[RequestRecord] = []
+    async with StreamingClient(quality_settings(settings)) as client:
+        await closed_loop(client, requests, concurrency, records.append)
+    return sorted(records, key=lambda r: r.request_id)
+
+
+def baseline_answers(baseline_dir: Path | None, cell_id: str, server_label: str) -> dict[str, str] | None:
+    """Item id -> output from a baseline campaign folder: the same cell, else the same server."""
+    if baseline_dir is None:
+        return None
+    exact = baseline_dir / "cells" / cell_id / QUALITY_FILE
+    candidates = [exact] if exact.is_file() else sorted(baseline_dir.glob(f"cells/{server_label}__*/{QUALITY_FILE}"))
+    if not candidates:
+        return None
+    return {a["id"]: a["output"] for a in read_json(candidates[0])["answers"] if a["error"] is None}
+
+
+def run_quality(
+    settings: ClientSettings,
+    prompts: str,
+    *,
+    concurrency: int,
+    endpoint: str,
+    out: Path,
+    baseline: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Ask every item of the set, score the answers and write ``out`` (atomically); return it."""
+    from bakeoff.campaign.runner import run_coroutine
+
+    items = load_prompt_set(prompts)
+    box: list[list[RequestRecord]] = []
+
+    async def go() -> None:
+        box.append(await ask(settings, planned(items, endpoint), concurrency))
+
+    run_coroutine(go())
+    answers = [check(item, record) for item, record in zip(items, box[0], strict=True)]
+    result = {
+        "prompt_set": prompts,
+        "prompt_set_sha256": set_digest(prompts),
+        "endpoint": endpoint,
+        "temperature": 0.0,
+        "rates": score(answers, baseline),
+        "baseline_items": len(baseline) if baseline is not None else None,
+        "answers": answers,
+    }
+    write_json(out, result)
+    return result
+
+
+def check_spec(spec: QualitySpec) -> None:
+    """Before any server starts: the prompt set reads, and a named baseline folder exists."""
+    load_prompt_set(spec.prompts)
+    if spec.baseline is not None and not (spec.baseline / "cells").is_dir():
+        raise SpecError(
+            f"quality.baseline: {spec.baseline} is not a campaign folder (no cells/ in it); "
+            "name the reports/NAME folder of an earlier run"
+        )
+
+
+def measure_cell(spec: QualitySpec, settings: ClientSettings, cell_dir: Path, cell_id: str) -> dict[str, Any]:
+    """A campaign cell's quality run into ``cell_dir/quality.json``, against the baseline if one is named."""
+    label = cell_id.split("__", 1)[0]
+    baseline = baseline_answers(spec.baseline, cell_id, label)
+    return run_quality(
+        settings,
+        spec.prompts,
+        concurrency=spec.concurrency,
+        endpoint=spec.endpoint,
+        out=cell_dir / QUALITY_FILE,
+        baseline=baseline,
+    )
+
+
+class QualitySpec(Strict):
+    """A fixed prompt set run at temperature 0 on every server after its speed runs."""
+
+    prompts: str = Field(default="default", description="a set shipped in quality/ (by name) or a .jsonl file")
+    baseline: Path | None = Field(
+        default=None, description="a campaign folder whose quality answers the new ones are compared with"
+    )
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 4
+    endpoint: Literal["chat", "completions"] = "chat"

@@ -1,0 +1,48 @@
+"""Rehearsals: a GPU campaign run end to end on any machine, with nothing presented as measured.
+
+``bakeoff campaign run CAMPAIGN --rehearse`` keeps every part of bakeoff real (validation,
+request plans, launch rendering, health probes, metric scrapes, cache resets, notebooks,
+report) and replaces only each GPU framework's container with the reference server in that
+framework's wire profile (:mod:`bakeoff.serving.launchers`). To keep it quick, the campaign is
+scaled down (:meth:`for_rehearsal` of each workload kind: a few requests per level, short
+outputs) and planned with the generated ``tiny`` model's tokenizer, since the GPU checkpoint
+is not on this machine.
+
+A rehearsal's campaign folder holds :data:`MARKER`; every run summary it produces carries
+``"rehearsal": true`` and the report says REHEARSAL on every section, so its figures can
+never be mistaken for a measurement of the frameworks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bakeoff.campaign.specs import CampaignSpec
+from bakeoff.models.model_source import ModelRef
+from bakeoff.results.layout import REHEARSAL_MARKER
+from bakeoff.results.store import write_json
+
+REHEARSAL_PRESET = "tiny"
+
+
+def rehearsal_spec(spec: CampaignSpec) -> CampaignSpec:
+    """The campaign scaled down for a rehearsal, planned with the generated tiny tokenizer."""
+    # Same served name, context length and draft model; only the source of the tokenizer changes.
+    fields = spec.model.model_dump()
+    fields.update({key: None for key in ("path", "hf_id") if key in fields})
+    model = ModelRef.model_validate({**fields, "preset": REHEARSAL_PRESET})
+    workloads = [wl.for_rehearsal() for wl in spec.workloads]
+    # One repeat: a rehearsal proves the path, it has no noise worth an interval.
+    return spec.model_copy(update={"model": model, "workloads": workloads, "measure_warm_restart": True, "repeats": 1})
+
+
+def write_marker(out_dir: Path, source: Path, spec: CampaignSpec) -> None:
+    write_json(
+        out_dir / REHEARSAL_MARKER,
+        {
+            "rehearsal": True,
+            "source_campaign": str(source),
+            "original_model": spec.model.model_dump(mode="json", exclude_none=True),
+            "note": "reference-server stand-ins for GPU containers; no figure here is a measurement",
+        },
+    )

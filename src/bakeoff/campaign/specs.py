@@ -1,0 +1,163 @@
+"""Pydantic models for the campaign a user writes: servers, model, SLO, policies; loading it.
+
+Every model rejects unknown fields so a typo fails loudly, naming the field, before any
+server starts. The workload kinds live in :mod:`bakeoff.workloads.kinds`, backend specs in
+:mod:`bakeoff.serving.backends`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from bakeoff.campaign.quality import QualitySpec
+from bakeoff.errors import SpecError
+from bakeoff.measure.slo import Slo
+from bakeoff.models.model_source import MODEL_FORMS, ModelRef, model_shorthand
+from bakeoff.schema import Strict, format_validation_error
+from bakeoff.serving.server_config import ServerConfig
+from bakeoff.workloads.kinds import OpenLoop, Trace, Workload
+
+
+class RayPolicy(Strict):
+    """How ``campaign run --ray`` schedules and retries cells (:mod:`bakeoff.cluster.ray_runner`)."""
+
+    max_retries: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=2, description="re-runs of a cell whose worker or node was lost"
+    )
+    retry_exceptions: bool = Field(
+        default=False, description="also re-run a cell that failed with an error (a failed start, a dead server)"
+    )
+    cpus_per_cell: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="CPUs a cell holds; default 1 for GPU cells, 2 for CPU engines (server + client)"
+    )
+
+
+class CampaignSpec(Strict):
+    """Servers x workloads, plus what the report needs to judge them."""
+
+    name: str
+    description: str = ""
+    model: ModelRef
+    servers: Annotated[list[ServerConfig], Field(min_length=1)]
+    workloads: Annotated[list[Workload], Field(min_length=1)]
+    slo: Slo = Field(default_factory=Slo)
+    gpu: bool = False
+    measure_warm_restart: bool = Field(default=True, description="start each server a second time")
+    repeats: Annotated[int, Field(ge=1, le=20)] = Field(
+        default=3, description="measure every cell this many times; figures then carry bootstrap intervals"
+    )
+    interleave: bool = Field(
+        default=True,
+        description="run repeat 1 of every cell, then repeat 2, ... so drift (heat, a filling disk cache) "
+        "favours no server; false: each cell's repeats back to back. Every repeat starts its server afresh",
+    )
+    start_attempts: Annotated[int, Field(ge=1, le=5)] = Field(default=2, description="tries per server start")
+    memory_bandwidth_gbs: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="memory bandwidth (GB/s) for the decode roofline; default: GPU preset or measured"
+    )
+    gpu_type: str | None = Field(default=None, description="campaign run --ray: GPU model for every GPU server")
+    ray: RayPolicy = Field(default_factory=RayPolicy)
+    client_processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        default="auto", description="load-generator processes per run; auto: as many as the warm-up shows are needed"
+    )
+    quality: QualitySpec | None = Field(default=None, description="output checks after the speed runs")
+    regression: dict[str, float] = Field(
+        default_factory=dict,
+        description="bakeoff compare's gate: metric -> threshold, e.g. {tpot_ms_p50: 5%} (bakeoff.analysis.thresholds)",
+    )
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_shorthand(cls, value: object) -> object:
+        return model_shorthand(value)
+
+    @field_validator("regression", mode="before")
+    @classmethod
+    def _regression(cls, value: object) -> object:
+        from bakeoff.analysis.thresholds import parse_thresholds
+
+        return parse_thresholds(value)
+
+    @model_validator(mode="after")
+    def _slo_for_search(self) -> CampaignSpec:
+        bounded = self.slo.preset or self.slo.ttft_ms or self.slo.tpot_ms or self.slo.e2e_ms
+        for i, wl in enumerate(self.workloads):
+            if isinstance(wl, OpenLoop) and wl.slo_search and not bounded:
+                raise ValueError(f"workloads[{i}].slo_search needs an slo: set slo.preset or its bounds")
+        return self
+
+    @model_validator(mode="after")
+    def _unique(self) -> CampaignSpec:
+        for what, names in (
+            ("servers[].label", [s.label for s in self.servers]),
+            ("workloads[].name", [w.label for w in self.workloads]),
+        ):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{what} must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+
+def resolve_relative(path: Path, campaign_dir: Path) -> Path:
+    """A relative model path: beside the campaign file if it is there, else in the working directory.
+
+    The result is absolute either way, so an error about it names exactly the folder tried.
+    """
+    path = path.expanduser()
+    if path.is_absolute():
+        return path
+    beside = (campaign_dir / path).resolve()
+    return beside if beside.exists() else (Path.cwd() / path).resolve()
+
+
+def campaign_copy(path: Path, spec: CampaignSpec) -> bytes:
+    """What a campaign folder keeps as its ``campaign.yaml``: the user's file, comments and all.
+
+    Relative model paths were resolved against the original file's folder, which the copy
+    does not sit in: then the copy is the validated spec, with those paths made absolute.
+    """
+    text = path.read_bytes()
+    raw = yaml.safe_load(text)
+    model = raw.get("model")
+    written = [model.get("path"), model.get("draft_path")] if isinstance(model, dict) else [model]
+    written += [s.get("model_path") for s in raw.get("servers") or [] if isinstance(s, dict)]
+    written += [w.get("path") for w in raw.get("workloads") or [] if isinstance(w, dict) and w.get("kind") == "trace"]
+    if all(p is None or Path(str(p)).expanduser().is_absolute() or str(p) in ("tiny", "small") for p in written):
+        return text
+    dumped = yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    return f"# written by bakeoff from {path.resolve()}, relative model paths made absolute\n{dumped}".encode()
+
+
+def _resolve_model_paths(spec: CampaignSpec, campaign_dir: Path) -> None:
+    if spec.model.path is not None:
+        spec.model.path = resolve_relative(spec.model.path, campaign_dir)
+    if spec.model.draft_path is not None:
+        spec.model.draft_path = resolve_relative(spec.model.draft_path, campaign_dir)
+    for server in spec.servers:
+        if server.model_path is not None:
+            server.model_path = resolve_relative(server.model_path, campaign_dir)
+    for wl in spec.workloads:
+        if isinstance(wl, Trace):  # a trace file is found the way a model folder is
+            wl.path = resolve_relative(wl.path, campaign_dir)
+
+
+def load_campaign(path: Path) -> CampaignSpec:
+    """Read and validate a campaign YAML, raising SpecError that names each bad field."""
+    if not path.is_file():
+        raise SpecError(f"campaign file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    try:
+        spec = CampaignSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(str(path), exc, CampaignSpec, {"model": MODEL_FORMS})) from exc
+    _resolve_model_paths(spec, path.resolve().parent)
+    return spec

@@ -1,0 +1,295 @@
+"""The ``bakeoff`` command line: bench a running server, make models, run campaigns.
+
+Every expected failure is a :class:`BakeoffError` and ends as one clear message on stderr
+with exit status 2; input is validated before any server starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
+from bakeoff.errors import BakeoffError, SpecError
+
+DESCRIPTION = """\
+Compare LLM serving frameworks with identical requests.
+
+  bakeoff bench      measure one running OpenAI-compatible server
+  bakeoff campaign   validate or run servers x knobs x workloads into a report
+  bakeoff report     render a campaign's report again from its saved results
+  bakeoff advise     name the next knob to turn and write the campaign that tests it
+  bakeoff backends   list backends, show the exact launch for a knob set
+  bakeoff trace      inspect a production trace, or convert it to bakeoff's JSONL
+  bakeoff model      generate the local test model
+  bakeoff history    list archived runs, or query them with SQL
+  bakeoff baseline   mark the runs compare judges against
+  bakeoff compare    improved / regressed / within noise vs the baseline (exit 1 on regression)
+  bakeoff trend      render each metric over time per server and framework version
+
+Errors end as one line on stderr with exit status 2, before any server starts."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bakeoff", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server")
+    add_bench_options(bench)
+
+    model = sub.add_parser("model", help="generate the local model")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    make = model_sub.add_parser("make", help="random-weight Llama + locally trained tokenizer")
+    make.add_argument("--preset", choices=["tiny", "small"], required=True)
+    make.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokenizer corpus")
+    make.add_argument("out_dir", nargs="?", type=Path, help="default: models/PRESET")
+
+    campaign = sub.add_parser("campaign", help="validate or run a campaign")
+    camp_sub = campaign.add_subparsers(dest="campaign_command", required=True)
+    validate = camp_sub.add_parser("validate", help="check a campaign without running it")
+    validate.add_argument("files", nargs="+", type=Path, help="campaign files, or shipped campaign names (cpu-demo)")
+    run = camp_sub.add_parser("run", help="run every cell, then build the report")
+    run.add_argument("file", type=Path, help="a campaign YAML file, or a shipped campaign name (cpu-demo)")
+    run.add_argument("--out", type=Path, help="default: reports/CAMPAIGN")
+    run.add_argument("--only", action="append", default=[], help="run only these server labels")
+    run.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="replace each GPU container by the reference server in that framework's wire profile and run a "
+        "scaled-down campaign end to end (default out: reports/CAMPAIGN-rehearsal); measures nothing",
+    )
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="measure every cell again; by default cells already measured in the output folder with the same "
+        "plans, knobs and versions are kept and only the rest (new, changed, interrupted, failed) run",
+    )
+    run.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the cells as tasks on a Ray cluster: at ADDRESS, else at RAY_ADDRESS, else on a local one "
+        "(needs bakeoff[ray]; default: cells run one after another here)",
+    )
+    run.add_argument(
+        "--store",
+        metavar="PATH_OR_URI",
+        help="with --ray: where results go, a folder every node mounts or an object-store URI (s3://, gs://); "
+        "default: the --out folder",
+    )
+
+    schedule = sub.add_parser("schedule", help="print ready-to-use schedules for re-running a campaign")
+    sched_sub = schedule.add_subparsers(dest="schedule_command", required=True)
+    sched = sched_sub.add_parser(
+        "print", help="a GitHub Actions workflow (self-hosted runner), a systemd service + timer and a crontab line"
+    )
+    sched.add_argument("--campaign", type=Path, required=True, help="campaign file, relative to the checkout")
+    sched.add_argument("--every", required=True, help="1h, 6h, 12h (any N dividing 24), 1d or 1w")
+    sched.add_argument("--at", default="03:00", help="time of day for daily and weekly runs (HH:MM, default 03:00)")
+    sched.add_argument("--weekday", default="Mon", help="day of weekly runs (Mon..Sun, default Mon)")
+    sched.add_argument("--workdir", default="/opt/bakeoff", help="the checkout on the machine that runs it")
+    sched.add_argument(
+        "--out", type=Path, help="write the files under this folder instead of printing them (default: print)"
+    )
+
+    backends = sub.add_parser("backends", help="list backends or show a rendered launch")
+    back_sub = backends.add_subparsers(dest="backends_command", required=True)
+    back_sub.add_parser("list", help="list backend specs")
+    show = back_sub.add_parser("show", help="print the exact launch command for a knob set")
+    show.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
+    show.add_argument("--knob", action="append", default=[], help="name=value, repeatable")
+
+    report = sub.add_parser("report", help="render a campaign's report again from its saved results (no measuring)")
+    report.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
+    advise = sub.add_parser("advise", help="the next knob to turn, from a campaign's diagnosis, as a campaign to run")
+    advise.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
+    advise.add_argument("--out", type=Path, help="the campaign file to write (default: CAMPAIGN_DIR/advice.yaml)")
+    from bakeoff.cli.trace_cmd import add_trace_commands
+
+    add_trace_commands(sub)
+    from bakeoff.cli.history_cmd import add_history_commands
+
+    add_history_commands(sub)
+    _plain_help(parser)
+    return parser
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Plain-text help where every option with a default states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or action.required or default in (None, argparse.SUPPRESS, ""):
+            return text
+        if default == []:  # a repeatable option given no times
+            return f"{text} (default: none)"
+        return f"{text} (default: %(default)s)"
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)parser the same formatter; argparse does not pass it down."""
+    parser.formatter_class = _Help
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _plain_help(child)
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from bakeoff.models.modelgen import make_model, model_is_ready
+    from bakeoff.paths import models_dir
+
+    out = args.out_dir or models_dir() / args.preset
+    if model_is_ready(out, args.preset, args.seed):
+        print(f"{out}: already made (preset {args.preset}, seed {args.seed})")
+    else:
+        make_model(args.preset, out, args.seed)
+        print(f"{out}: made preset {args.preset} (seed {args.seed})")
+    return 0
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from bakeoff.campaign.cells import validate_campaign
+    from bakeoff.campaign.execute import run_campaign
+    from bakeoff.campaign.progress import assumptions, campaign_estimate, duration
+    from bakeoff.campaign.resume import failed_cells
+    from bakeoff.campaign.specs import load_campaign
+    from bakeoff.observe.origin import gpu_available
+    from bakeoff.paths import campaign_file
+
+    if args.campaign_command == "validate":
+        for path in args.files:
+            cells = validate_campaign(campaign_file(path))
+            note = ""
+            if any(c.backend.accelerator == "gpu" for c in cells) and not gpu_available():
+                note = "; model files not checked: a GPU campaign, and this machine has no GPU"
+            print(f"{path}: ok ({len(cells)} cells{note})")
+            restart = load_campaign(campaign_file(path)).measure_warm_restart
+            requests, seconds = campaign_estimate(cells, restart)
+            print(f"  {requests} requests; roughly {duration(seconds)} to run ({assumptions()})")
+        return 0
+    if args.store is not None and args.ray is None:
+        raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
+    if args.ray is not None:
+        from bakeoff.cluster.ray_runner import run_campaign_ray
+
+        report = run_campaign_ray(
+            campaign_file(args.file),
+            out_dir=args.out,
+            only=args.only,
+            address=args.ray or None,
+            store=args.store,
+            rehearse=args.rehearse,
+            fresh=args.fresh,
+        )
+    else:
+        report = run_campaign(
+            campaign_file(args.file), out_dir=args.out, only=args.only, rehearse=args.rehearse, fresh=args.fresh
+        )
+    note = " (REHEARSAL: reference-server stand-ins, not a measurement)" if args.rehearse else ""
+    print(f"report: {report}{note}")
+    failed = failed_cells(report.parent)
+    for cell_id, why in failed.items():
+        print(f"bakeoff: cell {cell_id} failed: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from bakeoff.campaign import recurring as schedule
+
+    files = schedule.render(args.campaign, args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
+    if args.out is None:
+        print(schedule.as_text(files), end="")
+        return 0
+    for path in schedule.write(files, args.out):
+        print(path)
+    return 0
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from bakeoff.serving import backends
+    from bakeoff.serving.knobs import parse_knob_args
+    from bakeoff.serving.show_launch import describe_launch
+
+    if args.backends_command == "list":
+        print(f"{'NAME':22} {'RUNTIME':9} {'HW':4} DESCRIPTION")
+        for name in backends.list_backends():
+            spec = backends.load_backend(name)
+            print(f"{name:22} {spec.runtime:9} {spec.accelerator:4} {spec.display_name}")
+        return 0
+    print(describe_launch(args.name, parse_knob_args(args.knob)))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from bakeoff.campaign.execute import render_report
+    from bakeoff.results.layout import CAMPAIGN_COPY
+    from bakeoff.results.store import SUMMARY
+
+    folder = args.campaign_dir
+    if not (folder / CAMPAIGN_COPY).is_file():
+        raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
+    if not any((folder / "cells").glob(f"*/runs/*/{SUMMARY}")):
+        raise SpecError(f"{folder}: no saved runs to report on; run the campaign first")
+    print(f"report: {render_report(folder)} (re-rendered from saved results; nothing measured)")
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from bakeoff.analysis.advisor import advise, write_campaign
+    from bakeoff.campaign.cells import validate_campaign
+    from bakeoff.results.layout import CAMPAIGN_COPY
+
+    folder = args.campaign_dir
+    if not (folder / CAMPAIGN_COPY).is_file():
+        raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
+    steps = advise(folder)
+    for step in steps:
+        print(f"- {step.markdown()}")
+    out = write_campaign(folder, steps, args.out or folder / "advice.yaml")
+    cells = validate_campaign(out)  # the advice is only worth writing if it runs
+    print(f"campaign: {out} ({len(cells)} cells, validated); run it with: bakeoff campaign run {out}")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from bakeoff.cli.trace_cmd import cmd_trace as run
+
+    return run(args)
+
+
+def _history_handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
+    from bakeoff.cli.history_cmd import HANDLERS
+
+    return HANDLERS
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {
+        "bench": cmd_bench,
+        "model": cmd_model,
+        "campaign": cmd_campaign,
+        "backends": cmd_backends,
+        "report": cmd_report,
+        "advise": cmd_advise,
+        "trace": cmd_trace,
+        **_history_handlers(),
+        "schedule": cmd_schedule,
+    }
+    try:
+        return handlers[args.command](args)
+    except BakeoffError as exc:
+        print(f"bakeoff: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bakeoff: interrupted; results measured so far were saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,4 @@
+"""Campaigns on Ray: every cell a Ray task, and where their results are kept.
+
+May import: ``campaign`` and everything below it.
+"""

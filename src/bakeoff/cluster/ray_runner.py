@@ -1,0 +1,332 @@
+"""Campaigns on a Ray cluster: every cell a Ray task, placed where its resources are.
+
+``bakeoff campaign run CAMPAIGN --ray [ADDRESS]`` plans the campaign on the driver as a
+local run does (plans written once, cells already measured skipped, earlier attempts
+archived: :mod:`bakeoff.campaign.resume`), then submits each remaining cell as one task that runs
+:func:`bakeoff.campaign.execute.run_cell` on the node Ray picks. The task starts the cell's server
+and drives its load itself, so server and load generator share a node and no network hop
+enters the timings. What a cell asks Ray for (:func:`cell_options`):
+
+- a GPU server: ``num_gpus`` = its ``tensor_parallel_size`` (Ray hands a GPU to one task
+  at a time, and sets ``CUDA_VISIBLE_DEVICES``, so two cells never share one), plus
+  ``{"accelerator_type:H100": 0.001}`` when the server or campaign sets ``gpu_type``: the
+  resource Ray puts on every node with that GPU, asked for in the fraction Ray's own
+  ``accelerator_type=`` option uses, so it selects nodes without capping cells per node;
+- CPUs: ``ray.cpus_per_cell``, default 1 for a GPU cell (its client) and 2 for a CPU
+  engine (engine and client), at least one per fixed client process.
+
+Independent cells run in parallel as far as the cluster's resources allow. A worker or
+node lost mid-cell fails that task alone; Ray runs it again up to ``ray.max_retries``
+times (``ray.retry_exceptions`` also re-runs cells that failed with an error). The new
+try finds what the lost one left (its try log, ``ray_tries.json``), reaps its server if it
+ran on a node still alive, moves its partial runs to ``attempts/N`` with the reason, and
+measures the cell again; ``cell.json`` lists every try and the report names the retries.
+Finished cells are never re-run, in this campaign run or the next. Each run's provenance
+gets the node id, GPU type and driver version (the image digest is there already).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from bakeoff.campaign import resume
+from bakeoff.campaign.cells import Cell, prepare
+from bakeoff.campaign.execute import cell_fingerprint, render_report, run_cell
+from bakeoff.campaign.progress import cell_result
+from bakeoff.campaign.runner import salvage_runs
+from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
+from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.paths import reports_dir
+from bakeoff.results.layout import REHEARSAL_MARKER
+from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
+from bakeoff.serving.process import PID_FILE, reap_leftovers
+
+INSTALL_HINT = "pip install 'bakeoff[ray]' (pins: pip install -c constraints.txt 'bakeoff[ray]')"
+TRIES = "ray_tries.json"
+CANCEL_GRACE_S = 30.0
+RETRY_REASON = "Ray retried it"
+# Non-secret settings a cell task needs on any node (an API key is never sent: see below).
+_PASSED_ENV = ("BAKEOFF_BACKENDS_DIR", "BAKEOFF_MODELS_DIR", "BAKEOFF_REPORTS_DIR", "BAKEOFF_ENGINE_PYTHON")
+
+
+def import_ray() -> ModuleType:
+    """Ray, or a clear error saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise SpecError(f"--ray: Ray is not installed in this environment; {INSTALL_HINT}") from exc
+    return ray
+
+
+def check_ray_fields(spec: CampaignSpec, cells: list[Cell]) -> None:
+    """``gpu_type`` only where a GPU server will run; named by field, before anything starts."""
+    for i, server in enumerate(spec.servers):
+        backend = next((c.backend for c in cells if c.server.label == server.label), None)
+        if server.gpu_type and backend is not None and backend.accelerator != "gpu":
+            raise SpecError(
+                f"servers[{i}].gpu_type: {backend.name} runs on CPU; remove gpu_type (it selects GPU nodes)"
+            )
+
+
+def _needs_gpu(cell: Cell) -> bool:
+    # A rehearsal's stand-in and an already running server (url) hold no GPU here.
+    return cell.backend.accelerator == "gpu" and not cell.rehearse and not cell.server.url
+
+
+def cell_options(cell: Cell, spec: CampaignSpec) -> dict[str, Any]:
+    """The Ray task options of one cell: resources and retry policy."""
+    gpu = _needs_gpu(cell)
+    options: dict[str, Any] = {}
+    if gpu:
+        knob = cell.backend.knobs.get("tensor_parallel_size")
+        default = knob.default if knob is not None else 1
+        options["num_gpus"] = int(cell.server.knobs.get("tensor_parallel_size", default or 1))
+        gpu_type = cell.server.gpu_type or spec.gpu_type
+        if gpu_type:
+            options["resources"] = {f"accelerator_type:{gpu_type}": 0.001}
+    cpus = spec.ray.cpus_per_cell or (1.0 if gpu or cell.server.url else 2.0)
+    if cell.client_processes:
+        cpus = max(cpus, float(cell.client_processes + (0 if gpu else 1)))
+    options["num_cpus"] = cpus
+    options["max_retries"] = spec.ray.max_retries
+    options["retry_exceptions"] = [LaunchError, ServerDiedError] if spec.ray.retry_exceptions else False
+    options["name"] = f"bakeoff:{cell.cell_id}"
+    return options
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """What a cell task needs: where the campaign lives, and which cell it is."""
+
+    local: str  # the campaign folder (shared store) or the driver's copy
+    uri: str | None  # the object store, when there is one
+    cell_id: str
+    server_label: str
+    workload: str
+    repeat: int = 1
+
+
+def node_facts() -> dict[str, Any]:
+    """This node as the run's provenance names it: Ray node id, host, GPU type and driver."""
+    facts: dict[str, Any] = {"hostname": platform.node(), "node_id": None, "gpu_type": None, "gpu_driver": None}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            facts["node_id"] = ray.get_runtime_context().get_node_id()
+            nodes = ray.nodes()  # type: ignore[no-untyped-call]
+            mine = [n for n in nodes if n.get("NodeID") == facts["node_id"]]
+            labels = [
+                k.split(":", 1)[1] for k in (mine[0].get("Resources", {}) if mine else {}) if "accelerator_type:" in k
+            ]
+            facts["gpu_type"] = labels[0] if labels else None
+    except ImportError:
+        pass
+    from bakeoff.observe.origin import gpus
+
+    found = gpus()  # (name, driver) per GPU nvidia-smi lists on this node
+    if found:
+        facts["gpu_type"] = facts["gpu_type"] or found[0][0]
+        facts["gpu_driver"] = found[0][1]
+    return facts
+
+
+def _reap_elsewhere(node_id: str, cell_dir: str) -> list[int]:
+    return reap_leftovers(Path(cell_dir))
+
+
+def _reap_earlier(earlier: dict[str, Any], cell_dir: Path, here: dict[str, Any]) -> str:
+    """Kill the server a lost try left; say where it ran. Its process group lives on its node only."""
+    node = earlier.get("node_id")
+    where = f"node {node} ({earlier.get('hostname')}), pid {earlier.get('pid')}"
+    if node is None or node == here["node_id"]:
+        reap_leftovers(cell_dir)
+        return where
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    if any(n.get("NodeID") == node and n.get("Alive") for n in nodes):
+        # Pinned to that node (soft=False): a group id means nothing anywhere else.
+        strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        reaper = ray.remote(_reap_elsewhere).options(num_cpus=0, scheduling_strategy=strategy)
+        ray.get(reaper.remote(node, str(cell_dir)), timeout=60)
+    for pid_file in cell_dir.rglob(PID_FILE):
+        pid_file.unlink(missing_ok=True)  # a dead node's groups are gone with it
+    return where
+
+
+def run_cell_task(job: CellJob) -> dict[str, Any]:
+    """Body of a cell's Ray task: take over from a lost try if there was one, then measure the cell."""
+    store = ResultStore(Path(job.local), job.uri)
+    here = node_facts()
+    with store.working_copy(job.cell_id) as campaign_dir:
+        cell_dir = campaign_dir / "cells" / job.cell_id
+        log = read_json(cell_dir / TRIES) if (cell_dir / TRIES).is_file() else {"tries": []}
+        tries: list[dict[str, Any]] = log["tries"]
+        if tries:  # this submission ran before and its worker or node was lost mid-cell
+            where = _reap_earlier(tries[-1], cell_dir, here)
+            salvage_runs(cell_dir)
+            resume.archive_attempt(cell_dir, f"{RETRY_REASON}: the worker running it was lost ({where})")
+            tries[-1]["outcome"] = "lost"
+        tries.append({**here, "pid": os.getpid(), "started_at": resume.now_iso()})
+        write_json(cell_dir / TRIES, log)
+        store.push_file(cell_dir / TRIES, f"cells/{job.cell_id}/{TRIES}")  # a lost node must not lose the log
+        outcome = "ok"
+        try:
+            run_cell(campaign_dir, job.server_label, job.workload, job.repeat)
+        except BaseException as exc:
+            outcome = type(exc).__name__
+            raise
+        finally:
+            tries[-1]["outcome"] = outcome
+            tries[-1]["finished_at"] = resume.now_iso()
+            write_json(cell_dir / TRIES, log)
+            stamp_cell(cell_dir, here, tries)
+    return {"cell_id": job.cell_id, "node": here, "tries": len(tries)}
+
+
+def stamp_cell(cell_dir: Path, node: dict[str, Any], tries: list[dict[str, Any]]) -> None:
+    """Node provenance into every run of the cell (summary and run.json), tries into cell.json."""
+    for path in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}")):
+        summary = read_summary(path)
+        update = {k: node[k] for k in ("node_id", "gpu_type", "gpu_driver")}
+        write_summary(path, summary.model_copy(update={"provenance": summary.provenance.model_copy(update=update)}))
+        info_path = path.parent / RUN_INFO
+        if info_path.is_file():
+            write_json(info_path, {**read_json(info_path), "node": node})
+    info_path = cell_dir / CELL_INFO
+    if info_path.is_file():
+        retried = sum(1 for t in tries if t.get("outcome") == "lost")
+        write_json(info_path, {**read_json(info_path), "ray": {"node": node, "tries": tries, "retried": retried}})
+
+
+def _connect(ray: ModuleType, address: str | None, env: dict[str, str]) -> bool:
+    """Join the cluster at ``address`` (or RAY_ADDRESS, or a new local one); True if this call started Ray."""
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": env} if env else None
+    local = {} if address or os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}
+    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, **local)
+    return True
+
+
+def run_campaign_ray(
+    path: Path,
+    out_dir: Path | None = None,
+    only: list[str] | None = None,
+    *,
+    address: str | None = None,
+    store: str | None = None,
+    rehearse: bool = False,
+    fresh: bool = False,
+) -> Path:
+    """``campaign run --ray``: every cell a Ray task; then the report, rendered here."""
+    ray = import_ray()
+    name = load_campaign(path).name + ("-rehearsal" if rehearse else "")
+    results = ResultStore.open(store, out_dir or reports_dir() / name)
+    failures = run_cells_on_ray(ray, path, results, only, address=address, rehearse=rehearse, fresh=fresh)
+    report = render_report(results.local, failures)
+    results.push_file(report, "report.html")
+    results.push_file(results.local / "compare.ipynb", "compare.ipynb")
+    return report
+
+
+def run_cells_on_ray(
+    ray: ModuleType,
+    path: Path,
+    results: ResultStore,
+    only: list[str] | None = None,
+    *,
+    address: str | None = None,
+    rehearse: bool = False,
+    fresh: bool = False,
+) -> list[str]:
+    """Plan on the driver, run the cells still to measure as Ray tasks; return the failed cells."""
+    out = results.local
+    if fresh:
+        resume.start_over(out)
+        results.delete("cells")
+    results.pull("cells", out / "cells")  # what earlier runs of this campaign measured
+    spec, cells = prepare(path, out, only, rehearse=rehearse)
+    check_ray_fields(spec, cells)
+    results.push_file(out / CAMPAIGN_COPY, CAMPAIGN_COPY)
+    if (out / REHEARSAL_MARKER).is_file():
+        results.push_file(out / REHEARSAL_MARKER, REHEARSAL_MARKER)
+    results.push(out / "plans", "plans")
+    salvage_runs(out / "cells")
+    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    started = _connect(ray, address, env)
+    task = ray.remote(run_cell_task)
+    pending: dict[Any, Cell] = {}
+    failures: list[str] = []
+    began = time.monotonic()
+    try:
+        for cell in cells:
+            cell_dir = out / "cells" / cell.cell_id
+            verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
+            if verdict.state == "complete":
+                print(f"{cell.cell_id}: {verdict.reason}; skipped", flush=True)
+                continue
+            if verdict.state != "new":
+                resume.archive_attempt(cell_dir, verdict.reason)
+            (cell_dir / TRIES).unlink(missing_ok=True)  # a fresh submission: earlier tries are not its retries
+            results.delete(f"cells/{cell.cell_id}")
+            results.push(cell_dir, f"cells/{cell.cell_id}")
+            job = CellJob(str(out), results.uri, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat)
+            options = cell_options(cell, spec)
+            pending[task.options(**options).remote(job)] = cell
+            print(f"{cell.cell_id}: queued on Ray ({_describe(options)})", flush=True)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            cell = pending.pop(done[0])
+            failures += _finish(ray, done[0], cell, results, began)
+    except KeyboardInterrupt:
+        # A plain cancel raises KeyboardInterrupt inside each task: run_cell tears its server
+        # down as a local Ctrl-C does. Only what ignores it is then killed.
+        for ref in pending:
+            ray.cancel(ref)
+        _, stuck = ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
+        for ref in stuck:
+            ray.cancel(ref, force=True)
+        print(f"interrupted: finished cells are kept in {results.where()}; run the same command again", file=sys.stderr)
+        raise
+    finally:
+        results.pull("cells", out / "cells")
+        salvage_runs(out / "cells")
+        if started:
+            ray.shutdown()
+    return failures
+
+
+def _describe(options: dict[str, Any]) -> str:
+    parts = [f"{options['num_cpus']:g} CPU"]
+    if options.get("num_gpus"):
+        parts.append(f"{options['num_gpus']} GPU")
+    parts += list(options.get("resources", {}))
+    return ", ".join(parts)
+
+
+def _finish(ray: ModuleType, ref: Any, cell: Cell, results: ResultStore, began: float) -> list[str]:
+    """Print how a cell's task ended; return ``[cell_id]`` if it failed."""
+    cell_dir = results.local / "cells" / cell.cell_id
+    results.pull(f"cells/{cell.cell_id}", cell_dir)
+    clock = f"[{time.monotonic() - began:.0f}s]"
+    try:
+        answer = ray.get(ref)
+    except Exception as exc:  # a task error (RayTaskError) or a lost worker past its retries
+        print(f"{clock} {cell.cell_id}: FAILED: {type(exc).__name__}: {str(exc).splitlines()[-1][:300]}", flush=True)
+        return [cell.cell_id]
+    tries = answer["tries"]
+    retried = f", retried {tries - 1}x after a lost worker" if tries > 1 else ""
+    node = answer["node"]["hostname"]
+    print(f"{clock} {cell.cell_id}: done on {node}{retried}: {cell_result(cell_dir)}", flush=True)
+    return []

@@ -1,0 +1,308 @@
+"""``bakeoff compare``: is a new run better, worse, or the same within noise as its baseline?
+
+Runs are matched by server label, workload and run name (``c8``, ``r2.0``); quality rates
+by server and workload. For every gated metric (the campaign's ``regression:`` block, else
+:data:`bakeoff.analysis.thresholds.DEFAULT_REGRESSION`) present on both sides, :func:`judge` says:
+
+- **within noise** when the change is no larger than the metric's threshold, or when the
+  two sides' intervals across repeats overlap (a side without repeats counts as its value:
+  then the other side's interval must hold it). Noise the repeats measured outweighs a
+  threshold: a 10 % change inside wide intervals is not a regression;
+- otherwise **regressed** when the change goes the metric's worse way (TPOT up, tok/s
+  down, invalid JSON up), **improved** when it goes the better way.
+
+Speed thresholds are relative to the baseline's value, quality thresholds are absolute
+shares (:mod:`bakeoff.analysis.thresholds`). A regression makes the command exit 1, so a pipeline
+can gate on it, and names the configuration to roll back to: the baseline's backend,
+knobs, image digest and framework version.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from bakeoff.analysis.thresholds import (
+    GATE_METRICS,
+    GateMetric,
+    Reading,
+    effective,
+    estimates,
+    parse_thresholds,
+    quality_readings,
+)
+from bakeoff.errors import SpecError
+from bakeoff.history import archive as arch
+from bakeoff.history.baseline import Ref, baseline_archives, resolve
+from bakeoff.history.index import campaign_raw, repeat_groups, run_facts
+from bakeoff.results.layout import cell_names
+from bakeoff.results.store import CELL_INFO, read_json, read_json_or_empty
+
+Verdict = Literal["improved", "regressed", "within noise"]
+MARKED = ("baseline", "marked")  # --baseline words for "the baseline marked per server"
+QUALITY_RUN = "quality"  # the run name quality rates are matched under
+Key = tuple[str, str, str]  # server, workload, run
+
+
+@dataclass(frozen=True)
+class Config:
+    """What to roll back to: how a server was configured when it measured the baseline."""
+
+    server: str
+    backend: str | None
+    knobs: str
+    image: str | None
+    image_digest: str | None
+    framework_version: str | None
+    where: str  # the archive id, or the folder
+    measured_at: str | None
+
+    def line(self) -> str:
+        parts = [f"backend {self.backend}", f"knobs {self.knobs}"]
+        if self.framework_version:
+            parts.append(f"framework version {self.framework_version}")
+        if self.image:
+            parts.append(f"image {self.image}")
+        if self.image_digest:
+            parts.append(f"digest {self.image_digest}")
+        when = f", measured {self.measured_at}" if self.measured_at else ""
+        return f"{self.server}: {', '.join(parts)} (baseline {self.where}{when})"
+
+
+@dataclass
+class Side:
+    readings: dict[Key, dict[str, Reading]] = field(default_factory=dict)
+    configs: dict[str, Config] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    server: str
+    workload: str
+    run: str
+    metric: str
+    old: Reading
+    new: Reading
+    change: float
+    threshold: float
+    scale: str
+    verdict: Verdict
+    why: str
+
+
+def _where(folder: Path) -> str:
+    return arch.archive_id(folder) if (folder / arch.MANIFEST).is_file() else str(folder)
+
+
+def load_side(ref: Ref) -> Side:
+    """Every run's gate metrics over its repeats (and each cell's quality rates) of a folder, by key."""
+    side = Side()
+    raw = campaign_raw(ref.folder)
+    for key, repeats in repeat_groups(ref.folder).items():
+        if ref.server is not None and key[0] != ref.server:
+            continue
+        side.readings[key] = estimates([r.summary for r in repeats])
+        facts = run_facts(ref.folder, repeats[0], raw)
+        started = facts["started_at"].isoformat(timespec="seconds") if facts["started_at"] else None
+        side.configs.setdefault(
+            key[0],
+            Config(
+                key[0],
+                facts["backend"],
+                facts["knobs"],
+                facts["image"],
+                facts["image_digest"],
+                facts["framework_version"],
+                _where(ref.folder),
+                started,
+            ),
+        )
+    rates: dict[Key, list[dict[str, Reading]]] = {}
+    for path in sorted(ref.folder.glob("cells/*/quality.json")):
+        server, workload = cell_names(path.parent.name, read_json_or_empty(path.parent / CELL_INFO))
+        if ref.server is None or server == ref.server:
+            rates.setdefault((server, workload, QUALITY_RUN), []).append(quality_readings(read_json(path)))
+    for key, found in rates.items():  # repeats that checked quality: their mean rate
+        names = {n for f in found for n in f}
+        side.readings[key] = {
+            n: Reading(sum(f[n].value for f in found if n in f) / sum(n in f for f in found)) for n in names
+        }
+    return side
+
+
+def _overlap(old: Reading, new: Reading) -> bool:
+    """The repeat intervals overlap; a side without one counts as its point value."""
+    if old.lo is None and new.lo is None:
+        return False
+    a_lo, a_hi = (old.lo, old.hi) if old.lo is not None and old.hi is not None else (old.value, old.value)
+    b_lo, b_hi = (new.lo, new.hi) if new.lo is not None and new.hi is not None else (new.value, new.value)
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+def judge(gate: GateMetric, threshold: float, old: Reading, new: Reading) -> tuple[Verdict, float, str]:
+    """(verdict, change, why): change is relative to the old value, or absolute for quality shares."""
+    if gate.scale == "absolute":
+        change = new.value - old.value
+    elif old.value == 0:
+        change = 0.0 if new.value == 0 else math.copysign(math.inf, new.value)
+    else:
+        change = (new.value - old.value) / abs(old.value)
+    worse = change > 0 if gate.better == "lower" else change < 0
+    if abs(change) <= threshold + 1e-12:
+        return "within noise", change, f"within the {_pct(threshold, gate.scale)} threshold"
+    if _overlap(old, new):
+        return "within noise", change, "the repeat intervals overlap"
+    word: Verdict = "regressed" if worse else "improved"
+    return word, change, f"beyond the {_pct(threshold, gate.scale)} threshold ({gate.better} is better)"
+
+
+def _pct(value: float, scale: str) -> str:
+    return f"{value * 100:g}{'%' if scale == 'relative' else ' pts'}"
+
+
+@dataclass
+class Comparison:
+    campaign: str
+    new: str
+    judgements: list[Judgement] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # servers / runs with no baseline to judge against
+    rollback: dict[str, Config] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[Judgement]:
+        return [j for j in self.judgements if j.verdict == "regressed"]
+
+
+def thresholds_of(folder: Path) -> dict[str, float]:
+    """The gate of a campaign folder or archive: its campaign.yaml's regression block, else the defaults."""
+    raw = yaml.safe_load((folder / arch.CAMPAIGN_COPY).read_text()) or {}
+    try:
+        return effective(parse_thresholds(raw.get("regression") if isinstance(raw, dict) else None))
+    except ValueError as exc:
+        raise SpecError(f"{folder / arch.CAMPAIGN_COPY}: {exc}") from exc
+
+
+def compare(new_ref: str | Path, root: Path, baseline_ref: str | Path | None = None) -> Comparison:
+    """Judge NEW against ``baseline_ref``, or against each server's marked baseline."""
+    new = resolve(new_ref, root)
+    campaign = arch.campaign_name(new.folder)
+    if baseline_ref is not None and str(baseline_ref) in MARKED and not Path(baseline_ref).exists():
+        baseline_ref = None  # "--baseline baseline": the marked one, as the schedule files spell it
+    olds: dict[str, Side] = {}
+    if baseline_ref is not None:
+        olds["*"] = load_side(resolve(baseline_ref, root))
+    else:
+        marked = baseline_archives(root, campaign)
+        if not marked:
+            raise SpecError(
+                f"campaign {campaign} has no baseline in {root}: mark one with 'bakeoff baseline set "
+                "reports/NAME' or give --baseline"
+            )
+        olds = {server: load_side(Ref(folder, server)) for server, folder in marked.items()}
+    gates = thresholds_of(new.folder)
+    result = Comparison(campaign, _where(new.folder))
+    new_side = load_side(new)
+    for key, new_readings in sorted(new_side.readings.items()):
+        old_side = olds.get("*") or olds.get(key[0])
+        old_readings = old_side.readings.get(key) if old_side is not None else None
+        if old_side is None or old_readings is None:
+            result.unmatched.append("/".join(key))
+            continue
+        for metric, threshold in gates.items():
+            if metric not in old_readings or metric not in new_readings:
+                continue
+            gate = GATE_METRICS[metric]
+            verdict, change, why = judge(gate, threshold, old_readings[metric], new_readings[metric])
+            result.judgements.append(
+                Judgement(
+                    *key,
+                    metric,
+                    old_readings[metric],
+                    new_readings[metric],
+                    change,
+                    threshold,
+                    gate.scale,
+                    verdict,
+                    why,
+                )
+            )
+            if verdict == "regressed" and key[0] in old_side.configs:
+                result.rollback[key[0]] = old_side.configs[key[0]]
+    return result
+
+
+def _value(reading: Reading) -> str:
+    text = f"{reading.value:.4g}"
+    if reading.lo is not None and reading.hi is not None:
+        text += f" [{reading.lo:.4g}, {reading.hi:.4g}]"
+    return text
+
+
+def _change(j: Judgement) -> str:
+    if math.isinf(j.change):
+        return "new"
+    return f"{j.change * 100:+.1f}%" if j.scale == "relative" else f"{j.change * 100:+.1f} pts"
+
+
+def render(result: Comparison) -> str:
+    """The verdict table, the servers without a baseline and what to roll back to."""
+    from bakeoff.console import text_table
+
+    rows = [
+        (
+            j.server,
+            j.workload,
+            j.run,
+            j.metric,
+            _value(j.old),
+            _value(j.new),
+            _change(j),
+            j.verdict.upper() if j.verdict == "regressed" else j.verdict,
+            j.why,
+        )
+        for j in result.judgements
+    ]
+    lines = [f"compare {result.new} (campaign {result.campaign}) against its baseline"]
+    lines.append(
+        text_table(["server", "workload", "run", "metric", "baseline", "new", "change", "verdict", "why"], rows)
+    )
+    if result.unmatched:
+        lines.append(f"not judged (no baseline run to match): {', '.join(result.unmatched)}")
+    regressions = result.regressions
+    counts = {v: sum(j.verdict == v for j in result.judgements) for v in ("regressed", "improved", "within noise")}
+    lines.append(", ".join(f"{n} {v}" for v, n in counts.items()))
+    if regressions:
+        lines.append("REGRESSION: roll back to the baseline's configuration:")
+        lines += [f"  {config.line()}" for config in result.rollback.values()]
+    return "\n".join(lines)
+
+
+def as_json(result: Comparison) -> dict[str, Any]:
+    """The comparison for pipelines (``bakeoff compare --json``)."""
+    return {
+        "campaign": result.campaign,
+        "new": result.new,
+        "regressed": bool(result.regressions),
+        "judgements": [
+            {
+                "server": j.server,
+                "workload": j.workload,
+                "run": j.run,
+                "metric": j.metric,
+                "baseline": vars(j.old),
+                "new": vars(j.new),
+                "change": None if math.isinf(j.change) else j.change,
+                "threshold": j.threshold,
+                "scale": j.scale,
+                "verdict": j.verdict,
+                "why": j.why,
+            }
+            for j in result.judgements
+        ],
+        "unmatched": result.unmatched,
+        "rollback": {server: vars(config) for server, config in result.rollback.items()},
+    }

@@ -1,0 +1,475 @@
+"""One streaming request in, one :class:`RequestRecord` out.
+
+The hot path runs in the read callback of an :class:`asyncio.BufferedProtocol`: each
+received segment is stamped with ``perf_counter_ns`` the moment the event loop hands it
+over, de-chunked (:mod:`bakeoff.measure.http1`) and split into SSE events, which are kept with
+their stamps; their JSON is parsed once the stream is over. There are no stream-reader
+futures, task switches or timer re-arms per chunk: a general HTTP client spends several
+times the CPU per chunk, which at a few hundred streams is what limits a measurement.
+Everything derived (token shares per chunk, fallback token counts) happens after the
+stream ends. Connections are kept alive and reused. Failures never raise out of
+:meth:`StreamingClient.send`: they become records with an ``error_kind``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import orjson
+
+from bakeoff.errors import SpecError
+from bakeoff.measure.auth import check_headers
+from bakeoff.measure.control import tls_context
+from bakeoff.measure.http1 import HttpProtocolError, ResponseParser
+from bakeoff.measure.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_tokens
+from bakeoff.results.records import ErrorKind, RequestRecord
+from bakeoff.workloads.plans import PlannedRequest
+
+TokenCounter = Callable[[str], int]
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+ERROR_BODY_LIMIT = 500
+# In every error object (``{"error": ...}``, ``"object": "error"``) and never in escaped text.
+ERROR_MARK = b'"error"'
+READ_BUFFER_BYTES = 1 << 18
+_perf_ns = time.perf_counter_ns
+
+
+@dataclass
+class ClientSettings:
+    """How every request of a run is sent.
+
+    ``headers`` go on every request (an API key among them: see :mod:`bakeoff.measure.auth`);
+    they are secrets as far as anything written is concerned. ``min_tokens`` sends
+    ``min_tokens`` equal to ``max_tokens``, for servers that accept it: ``ignore_eos``
+    alone leaves the extra end-of-sequence ids of some models (Llama 3 has several) able
+    to end a request early.
+    """
+
+    base_url: str
+    model: str
+    extra_body: dict[str, Any] = field(default_factory=lambda: {"ignore_eos": True})
+    request_timeout_s: float = 120.0
+    stall_timeout_s: float = 30.0
+    count_tokens: TokenCounter | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    min_tokens: bool = False
+    # Separate from the request deadline: a server that does not accept the connection
+    # within seconds is down or overloaded, which a 120 s request timeout would hide.
+    connect_timeout_s: float = 10.0
+
+
+def request_body(item: PlannedRequest, settings: ClientSettings) -> bytes:
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "max_tokens": item.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": item.temperature,
+    }
+    if settings.min_tokens:
+        body["min_tokens"] = item.max_tokens
+    if item.endpoint == "chat":
+        body["messages"] = item.messages
+    else:
+        body["prompt"] = item.prompt
+    body.update(settings.extra_body)
+    return orjson.dumps(body)
+
+
+def header_block(headers: dict[str, str]) -> str:
+    """The extra header lines of every request, each ending in CRLF; checked first."""
+    check_headers(headers, "client headers")
+    return "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+
+
+class _Failure(Exception):
+    """Ends one request early; ``kind`` becomes the record's ``error_kind``."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Stream:
+    """What one response has shown so far; fed from the transport callback.
+
+    The callback only splits events and stamps them; JSON is parsed once the stream is
+    over (:meth:`replay`), so the code that runs on every wakeup stays small. Only an
+    event that may be an error object is parsed at once, to stop the request there.
+    """
+
+    __slots__ = ("decoder", "done", "error_body", "event_ns", "events", "last_ns", "record", "texts", "usage")
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self.decoder = SSEDecoder()
+        self.events: list[bytes] = []
+        self.event_ns: list[int] = []
+        self.texts: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+        self.error_body = b""
+        self.last_ns = 0
+
+    def on_headers(self, status: int, now: int) -> None:
+        self.record.headers_ns = now
+        self.record.http_status = status
+
+    def on_body(self, data: bytes, now: int) -> str | None:
+        """Handle body bytes that arrived at ``now``; return an error message to stop."""
+        if self.record.http_status != 200:
+            if len(self.error_body) < ERROR_BODY_LIMIT:
+                self.error_body += data[:ERROR_BODY_LIMIT]
+            return None
+        return self.on_events(self.decoder.feed(data), now)
+
+    def on_events(self, payloads: list[bytes], now: int) -> str | None:
+        record = self.record
+        for payload in payloads:
+            if record.first_event_ns == 0:
+                record.first_event_ns = now
+            if payload == DONE:
+                self.done = True
+                continue
+            if ERROR_MARK in payload:
+                error = read_chunk(payload).error
+                if error is not None:
+                    return error
+            self.events.append(payload)
+            self.event_ns.append(now)
+        return None
+
+    def replay(self) -> str | None:
+        """Parse the kept events into the record; return the error of a broken chunk."""
+        record = self.record
+        for payload, now in zip(self.events, self.event_ns, strict=True):
+            info = read_chunk(payload)
+            if info.error is not None:
+                return info.error
+            if info.text is not None:
+                if record.first_token_ns == 0:
+                    record.first_token_ns = now
+                record.chunk_ns.append(now)
+                self.texts.append(info.text)
+            if info.finish_reason is not None:
+                record.finish_reason = info.finish_reason
+            if info.usage is not None:
+                self.usage = info.usage
+        self.events.clear()
+        self.event_ns.clear()
+        return None
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One kept-alive HTTP/1.1 connection; serves one request at a time.
+
+    Reads land in a buffer shared by every connection of the pool: the loop reads into it
+    and hands it to :meth:`buffer_updated` before the next read, so no connection needs
+    its own, and the loop does not allocate (and the kernel zero) a fresh 256 KiB
+    buffer per read as it does for a plain protocol.
+    """
+
+    def __init__(self, buffer: memoryview) -> None:
+        self._buffer = buffer
+        self.transport: asyncio.Transport | None = None
+        self.parser = ResponseParser()
+        self.stream: _Stream | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.closed = False
+        self.reused = False
+        self.received = False  # any byte of the current response
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def start(self, stream: _Stream, request: bytes, waiter: asyncio.Future[None]) -> int:
+        """Send ``request``; return the moment its bytes were handed to the socket."""
+        assert self.transport is not None
+        self.parser = ResponseParser()
+        self.stream = stream
+        self.waiter = waiter
+        self.received = False
+        now = _perf_ns()
+        stream.last_ns = now
+        self.transport.write(request)
+        return now
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._buffer[:nbytes].tobytes())
+
+    def data_received(self, data: bytes) -> None:
+        now = _perf_ns()
+        stream = self.stream
+        if stream is None or self.waiter is None or self.waiter.done():
+            self.close()  # bytes nobody asked for: this connection is not reusable
+            return
+        self.received = True
+        stream.last_ns = now
+        parser = self.parser
+        try:
+            body = parser.feed(data)
+        except HttpProtocolError as exc:
+            self.resolve(_Failure("protocol", f"invalid HTTP response: {exc}"))
+            return
+        if parser.headers_done and stream.record.headers_ns == 0:
+            stream.on_headers(parser.status, now)
+        if body:
+            error = stream.on_body(body, now)
+            if error is not None:
+                self.resolve(_Failure("protocol", error))
+                return
+        if parser.complete:
+            stream.record.end_ns = now
+            self.resolve(None)
+
+    def eof_received(self) -> bool:
+        try:
+            self.parser.feed_eof()
+        except HttpProtocolError as exc:
+            self.resolve(_Failure("stream_cut", f"server {exc}"))
+            return False
+        if self.stream is not None and self.parser.complete:
+            self.stream.record.end_ns = _perf_ns()
+            self.resolve(None)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        reason = f": {exc}" if exc else ""
+        self.resolve(_Failure("stream_cut", f"connection lost before the response ended{reason}"))
+
+    def resolve(self, outcome: _Failure | None) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            if outcome is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(outcome)
+                self.close()
+
+    @property
+    def reusable(self) -> bool:
+        return not self.closed and self.parser.complete and self.parser.keep_alive
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Watchdog:
+    """Fails a request on its total deadline or after ``stall_s`` without a byte.
+
+    Arms one timer per request and re-arms it only when it fires, so the per-chunk cost
+    is a single attribute write (``_Stream.last_ns``) instead of a timer per chunk.
+    """
+
+    __slots__ = ("_handle", "_loop", "conn", "end_ns", "stall_s", "stream", "total_s")
+
+    def __init__(self, stream: _Stream, total_s: float, stall_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.stream = stream
+        self.conn: _Connection | None = None
+        self.total_s = total_s
+        self.stall_s = stall_s
+        self.end_ns = _perf_ns() + int(total_s * 1e9)
+        self._handle: asyncio.TimerHandle | None = None
+
+    def watch(self, conn: _Connection) -> None:
+        self.cancel()
+        self.conn = conn
+        self._arm(_perf_ns())
+
+    def _arm(self, now: int) -> None:
+        due = min(self.end_ns, self.stream.last_ns + int(self.stall_s * 1e9))
+        self._handle = self._loop.call_later(max(due - now, 0) / 1e9, self._fire)
+
+    def _fire(self) -> None:
+        now = _perf_ns()
+        if self.conn is None:
+            return
+        if now >= self.end_ns:
+            self.conn.resolve(_Failure("timeout", f"request exceeded {self.total_s:g} s"))
+        elif now - self.stream.last_ns >= self.stall_s * 1e9:
+            self.conn.resolve(_Failure("stall", f"no data for {self.stall_s:g} s"))
+        else:
+            self._arm(now)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+class _Pool:
+    """Idle kept-alive connections to one server, most recently used first."""
+
+    def __init__(self, base_url: str, connect_timeout_s: float) -> None:
+        url = urlsplit(base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise SpecError(f"base URL must be http(s)://host[:port][/prefix], got {base_url!r}")
+        self.host = url.hostname
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.ssl = tls_context() if url.scheme == "https" else None
+        self.netloc = url.netloc
+        self.prefix = url.path.rstrip("/")
+        self.connect_timeout_s = connect_timeout_s
+        self._buffer = memoryview(bytearray(READ_BUFFER_BYTES))
+        self._idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+
+    async def acquire(self) -> _Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable and conn.transport is not None and not conn.transport.is_closing():
+                conn.reused = True
+                self.busy.add(conn)
+                return conn
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.connect_timeout_s):
+            _, conn = await loop.create_connection(
+                lambda: _Connection(self._buffer), self.host, self.port, ssl=self.ssl
+            )
+        self.busy.add(conn)
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        self.busy.discard(conn)
+        conn.stream = None
+        conn.waiter = None
+        if conn.reusable:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in [*self._idle, *self.busy]:
+            conn.close()
+        self._idle.clear()
+        self.busy.clear()
+
+
+class StreamingClient:
+    """Shares one pool of kept-alive connections across all in-flight requests of a run."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self._pool: _Pool | None = None
+        self._extra_headers = header_block(settings.headers)
+
+    async def __aenter__(self) -> StreamingClient:
+        self._pool = _Pool(self.settings.base_url, self.settings.connect_timeout_s)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _request_bytes(self, item: PlannedRequest) -> bytes:
+        assert self._pool is not None
+        body = request_body(item, self.settings)
+        head = (
+            f"POST {self._pool.prefix}{ENDPOINT_PATHS[item.endpoint]} HTTP/1.1\r\n"
+            f"Host: {self._pool.netloc}\r\nUser-Agent: bakeoff\r\nAccept: */*\r\n"
+            f"{self._extra_headers}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode("latin-1") + body
+
+    async def send(self, item: PlannedRequest, record: RequestRecord) -> RequestRecord:
+        pool = self._pool
+        assert pool is not None, "use StreamingClient as an async context manager"
+        request = self._request_bytes(item)
+        record.prompt_tokens = item.prompt_tokens
+        record.max_tokens = item.max_tokens
+        record.start_ns = _perf_ns()
+        stream = _Stream(record)
+        watchdog = _Watchdog(stream, self.settings.request_timeout_s, self.settings.stall_timeout_s)
+        conn: _Connection | None = None
+        try:
+            # A kept-alive connection the server closed while idle fails before any byte;
+            # only then is the request sent again, on a fresh connection.
+            for attempt in range(2):
+                try:
+                    conn = await pool.acquire()
+                except (OSError, TimeoutError) as exc:
+                    return _fail(record, "connect", _connect_message(pool, exc))
+                waiter = asyncio.get_running_loop().create_future()
+                record.start_ns = conn.start(stream, request, waiter)
+                watchdog.watch(conn)
+                try:
+                    await waiter
+                    break
+                except _Failure as failure:
+                    watchdog.cancel()
+                    retry = attempt == 0 and conn.reused and not conn.received
+                    if retry and failure.kind == "stream_cut":
+                        pool.release(conn)
+                        conn = None
+                        continue
+                    stream.replay()  # what arrived before the failure is kept
+                    return _fail(record, failure.kind, str(failure), stream.texts)
+        except asyncio.CancelledError:
+            stream.replay()
+            _fail(record, "cancelled", "run interrupted", stream.texts)
+            if conn is not None:
+                conn.close()
+            raise
+        finally:
+            watchdog.cancel()
+            if conn is not None:
+                pool.release(conn)
+        if record.http_status != 200:
+            detail = stream.error_body[:ERROR_BODY_LIMIT].decode(errors="replace")
+            return _fail(record, "http", f"HTTP {record.http_status}: {detail}")
+        # A last event the server ended without its blank line.
+        error = stream.on_events(stream.decoder.flush(), record.end_ns) or stream.replay()
+        if error is not None:
+            return _fail(record, "protocol", error)
+        if not stream.done and record.finish_reason is None:
+            return _fail(record, "stream_cut", "stream ended without finish_reason or [DONE]", stream.texts)
+        self._finish(record, stream.texts, stream.usage)
+        return record
+
+    def _finish(self, record: RequestRecord, texts: list[str], usage: dict[str, Any] | None) -> None:
+        record.output_text = "".join(texts)
+        record.chunk_chars = [len(t) for t in texts]
+        count = self.settings.count_tokens
+        if usage is not None and usage.get("completion_tokens") is not None:
+            record.completion_tokens = int(usage["completion_tokens"])
+            record.prompt_tokens = int(usage.get("prompt_tokens") or record.prompt_tokens)
+            record.cached_tokens = cached_tokens_of(usage)
+            record.usage_source = "server"
+        elif count is not None:
+            record.completion_tokens = count(record.output_text)
+            record.usage_source = "tokenizer"
+        else:
+            record.completion_tokens = len(texts)
+            record.usage_source = "chunks"
+        if count is not None and len(texts) != record.completion_tokens:
+            weights = [count(t) for t in texts]
+        else:
+            weights = record.chunk_chars
+        record.chunk_tokens = split_tokens(record.completion_tokens, weights)
+
+
+def _connect_message(pool: _Pool, exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"connecting to {pool.host}:{pool.port} timed out after {pool.connect_timeout_s:g} s"
+    return f"cannot connect to {pool.host}:{pool.port}: {exc}"
+
+
+def _fail(record: RequestRecord, kind: ErrorKind, message: str, texts: list[str] | None = None) -> RequestRecord:
+    record.end_ns = _perf_ns()
+    record.error_kind = kind
+    record.error = message[:1000]
+    if texts:
+        record.output_text = "".join(texts)
+        record.chunk_chars = [len(t) for t in texts]
+    return record

@@ -1,0 +1,203 @@
+"""The report's "why" sections: telemetry series, the decode roofline, the diagnosis, the Pareto front, advice.
+
+Thin glue between a campaign folder and the analyses (:mod:`bakeoff.observe.telemetry_series`,
+:mod:`bakeoff.analysis.roofline`, :mod:`bakeoff.analysis.diagnosis`, :mod:`bakeoff.analysis.pareto`,
+:mod:`bakeoff.analysis.advisor`) for ``compare.ipynb``. Like :mod:`bakeoff.report.tables`, nothing here
+measures or reaches the network; every figure uses the campaign's one palette.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from bakeoff.analysis import pareto
+from bakeoff.analysis.diagnosis import diagnose_cells
+from bakeoff.analysis.roofline import Bandwidth, ModelShape, bandwidth, model_shape
+from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
+from bakeoff.report.plots import server_palette, telemetry_figure
+from bakeoff.report.tables import REHEARSAL_SUFFIX
+from bakeoff.results.layout import CellResult, load_cells
+from bakeoff.results.store import RUN_INFO, read_json_or_empty
+
+ROOFLINE_NOTE = (
+    "Decode floor per output token = bytes one decode step reads (the weights, plus the KV cache of the "
+    "batch at its mean context) / memory bandwidth. Efficiency = floor / measured TPOT P50 at concurrency 1: "
+    "1.0 is the physical limit; above it the measurement is wrong (coalesced chunks or a wrong bandwidth), "
+    "never a finding."
+)
+
+
+def _campaign(campaign_dir: Path) -> dict[str, Any]:
+    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    return raw if isinstance(raw, dict) else {}
+
+
+def palette(frame: pd.DataFrame) -> dict[str, Any]:
+    """The campaign's palette: every server in the results frame, one colour each."""
+    return server_palette(frame["server"]) if not frame.empty else {}
+
+
+def campaign_series(cells: Sequence[CellResult]) -> Any:
+    """Every run's series (rates added) as one long frame: server, workload, run, level, t_s, metric, value.
+
+    ``cells``: :func:`bakeoff.results.layout.load_cells` output; server labels as in the results frame.
+    """
+    parts = []
+    for cell in cells:
+        for run, summary in cell.summaries.items():
+            name = summary.telemetry_series.get(SERIES_KEY)
+            path = cell.dir / "runs" / run / name if name else None
+            if path is None or not path.is_file():
+                continue
+            wide = with_rates(read_series(path))
+            shown = [c for c in LABELS if c in wide and wide[c].notna().any()]
+            long = wide.melt(id_vars=["t_s"], value_vars=shown, var_name="metric", value_name="value")
+            long["server"] = cell.label + (REHEARSAL_SUFFIX if summary.rehearsal else "")
+            long["workload"] = cell.workload
+            long["run"] = run
+            long["level"] = summary.workload.concurrency or summary.workload.rate
+            parts.append(long.dropna(subset=["value"]))
+    columns = ["server", "workload", "run", "level", "t_s", "metric", "value"]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def telemetry_figures(campaign_dir: Path, frame: pd.DataFrame) -> list[tuple[str, Any]]:
+    """(workload, figure) for each workload with telemetry series."""
+    series = campaign_series(load_cells(campaign_dir))
+    if series.empty:
+        return []
+    colours = palette(frame)
+    return [(w, telemetry_figure(series, w, colours, LABELS)) for w in sorted(series["workload"].unique())]
+
+
+def _model_folder(campaign: dict[str, Any], cell: CellResult) -> Path | None:
+    from bakeoff.paths import models_dir
+
+    server_path = cell.server.get("model_path")
+    if server_path:
+        return Path(server_path)
+    model = campaign.get("model")
+    if isinstance(model, str):
+        return models_dir() / model if model in ("tiny", "small") else Path(model)
+    if not isinstance(model, dict):
+        return None
+    if model.get("path"):
+        return Path(model["path"])
+    return models_dir() / str(model["preset"]) if model.get("preset") else None
+
+
+def _run_bandwidth(run_dir: Path, accelerator: str, override: float | None) -> Bandwidth | None:
+    """The campaign's figure, else the one recorded beside the run, else this machine's."""
+    if override is not None:
+        return Bandwidth(float(override), "campaign memory_bandwidth_gbs")
+    info = read_json_or_empty(run_dir / RUN_INFO)
+    recorded = info.get("memory_bandwidth")
+    if isinstance(recorded, dict) and recorded.get("gbs"):
+        return Bandwidth(float(recorded["gbs"]), str(recorded.get("source", "recorded with the run")))
+    return bandwidth("gpu" if accelerator == "gpu" else "cpu")
+
+
+def roofline_table(campaign_dir: Path) -> pd.DataFrame:
+    """Each server's decode efficiency against the floor at concurrency 1, per workload."""
+    campaign = _campaign(campaign_dir)
+    override = campaign.get("memory_bandwidth_gbs")
+    rows = []
+    shapes: dict[Path, ModelShape | None] = {}
+    for cell in load_cells(campaign_dir):
+        for run, summary in cell.summaries.items():
+            wl = summary.workload
+            tpot = summary.latency.tpot_ms.p50
+            if summary.rehearsal or wl.mode != "closed" or wl.concurrency != 1 or not tpot or not summary.requests.ok:
+                continue
+            folder = _model_folder(campaign, cell)
+            if folder is not None and folder not in shapes:
+                shapes[folder] = model_shape(folder)
+            shape = shapes.get(folder) if folder is not None else None
+            accelerator = "gpu" if campaign.get("gpu") else "cpu"
+            found = _run_bandwidth(cell.dir / "runs" / run, accelerator, override)
+            if shape is None or found is None:
+                continue
+            ok = summary.requests.ok
+            context = summary.tokens.prompt / ok + summary.tokens.completion / ok / 2  # mean context while decoding
+            floor = shape.floor_ms(found.gbs, 1, context)
+            rows.append(
+                {
+                    "server": cell.label,
+                    "workload": cell.workload,
+                    "TPOT P50 ms": tpot,
+                    "floor ms": floor,
+                    "efficiency": floor / tpot,
+                    "implied GB/s": shape.step_bytes(1, context) / (tpot / 1000.0) / 1e9,
+                    "bandwidth GB/s": found.gbs,
+                    "bandwidth source": found.source,
+                    "MB read per step": shape.step_bytes(1, context) / 1e6,
+                }
+            )
+    if not rows:
+        return pd.DataFrame(rows)
+    # Repeats of a cell: the median of each figure.
+    table = pd.DataFrame(rows).groupby(["server", "workload", "bandwidth source"], as_index=False).median()
+    return table[list(rows[0])].round(3)
+
+
+def roofline_notes(table: pd.DataFrame) -> list[str]:
+    """One sentence per server: how close to the floor, or why the figure cannot be right."""
+    notes = []
+    for _, row in table.iterrows():
+        if row["efficiency"] > 1.0:
+            notes.append(
+                f"{row['server']} / {row['workload']}: TPOT {row['TPOT P50 ms']:.2f} ms is below the floor of "
+                f"{row['floor ms']:.2f} ms ({row['implied GB/s']:,.0f} GB/s implied, {row['bandwidth GB/s']:,.0f} "
+                "available) — a measurement problem (coalesced chunks?), not a result."
+            )
+        else:
+            notes.append(
+                f"{row['server']} / {row['workload']}: decode at {row['efficiency']:.0%} of the memory-bandwidth "
+                f"floor ({row['TPOT P50 ms']:.2f} ms per token against a floor of {row['floor ms']:.2f} ms)."
+            )
+    return notes
+
+
+def diagnosis_notes(campaign_dir: Path) -> list[str]:
+    """The diagnosis of every measured cell, with the series it rests on."""
+    return [d.markdown() for d in diagnose_cells(load_cells(campaign_dir))]
+
+
+def pareto_figures(campaign_dir: Path, frame: pd.DataFrame) -> list[tuple[str, Any, pd.DataFrame]]:
+    """(workload, figure, front table) per workload with at least two points."""
+    campaign = _campaign(campaign_dir)
+    gpu = bool(campaign.get("gpu"))
+    units = {}
+    for cell in load_cells(campaign_dir):
+        label = cell.label
+        units[label] = pareto.units(cell.knobs, gpu)
+        units[label + " [rehearsal]"] = units[label]
+    pts = pareto.points(frame, units)
+    colours = palette(frame)
+    out = []
+    for workload in sorted(pts["workload"].unique()):
+        sub = pts[pts["workload"] == workload]
+        if len(sub) < 2:
+            continue
+        fig = pareto.figure(pts, workload, colours, "GPU" if gpu else "machine")
+        out.append((workload, fig, pareto.front(sub).round(2)))
+    return out
+
+
+def advice_markdown(campaign_dir: Path) -> str:
+    """The tuning advisor's next step, as the report shows it (nothing is written)."""
+    from bakeoff.analysis.advisor import advise
+
+    steps = advise(campaign_dir)
+    if not steps:
+        return "No advice: nothing measured to advise on (rehearsals and single levels give no diagnosis)."
+    return "\n".join(f"- {step.markdown()}" for step in steps) + (
+        "\n\n`bakeoff advise " + str(campaign_dir) + "` writes the campaign that tests it."
+    )

@@ -1,0 +1,436 @@
+"""Tables, plots and diagnosis the notebooks show; the notebooks only call these.
+
+Reads a campaign folder (``cells/*/cell.json``, ``cells/*/runs/*/summary.json``) into a
+tidy pandas frame, one row per run, and draws the comparison figures with seaborn.
+Nothing here starts servers or touches the network: the HTML report is self-contained.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bakeoff.report.measured_apart import measured_apart_note
+from bakeoff.results import metric_table
+from bakeoff.results.layout import (
+    QUALITY_FILE,
+    QUALITY_RATES,
+    REHEARSAL_BANNER,
+    CellResult,
+    is_rehearsal,
+    load_cells,
+    rehearsal_marker,
+)
+from bakeoff.results.store import CELL_INFO, read_json
+from bakeoff.results.summary import RunSummary
+
+# From the metric table, like the headline columns: a metric is added there, once.
+GLOSSARY = metric_table.glossary()
+
+MEMORY_KNOB_NOTE = (
+    "`gpu_memory_utilization` means different things: vLLM takes that share of total GPU memory; "
+    "SGLang's `--mem-fraction-static` is a share of total memory for weights + KV cache; "
+    "TensorRT-LLM's `free_gpu_memory_fraction` is a share of what is free *after* the weights load."
+)
+
+
+REHEARSAL_SUFFIX = " [rehearsal]"
+
+
+def heading(title: str, campaign_dir: Path, level: int = 2) -> str:
+    """A section heading; in a rehearsal every heading says so."""
+    mark = " — REHEARSAL, not a measurement" if is_rehearsal(campaign_dir) else ""
+    return f"{'#' * level} {title}{mark}"
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def summary_table(summaries: dict[str, RunSummary]) -> str:
+    """A plain-text table of the headline figures, one row per run (for the terminal).
+
+    Columns are the metric table's headline figures; one no run has (no SLO, no cost) is left out.
+    """
+    readers = metric_table.headline_readers()
+    values = {name: [read(s) for _, read in readers] for name, s in summaries.items()}
+    shown = [i for i in range(len(readers)) if any(v[i] is not None for v in values.values())]
+    header = ["run", "ok", "failed", *(readers[i][0] for i in shown)]
+    rows = [header]
+    for name, s in summaries.items():
+        rows.append([name, _fmt(s.requests.ok), _fmt(s.requests.failed), *(_fmt(values[name][i], 2) for i in shown)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    tail = [f"failures in {n}: {s.requests.failed_by_kind}" for n, s in summaries.items() if s.requests.failed]
+    return "\n".join([*lines, *tail])
+
+
+def _row(cell: CellResult, summary: RunSummary) -> dict[str, Any]:
+    wl = summary.workload
+    pc = summary.prefix_cache
+    return {
+        "server": cell.label,
+        "backend": cell.backend,
+        "workload": cell.workload,
+        "run": wl.run,
+        "repeat": wl.repeat,
+        "mode": wl.mode,
+        "concurrency": wl.concurrency,
+        "rate": wl.rate,
+        "ok": summary.requests.ok,
+        "failed": summary.requests.failed,
+        "failed_by_kind": summary.requests.failed_by_kind,
+        **{column: read(summary) for column, read in metric_table.frame_columns()},
+        "reuse_realised": pc.reuse_realised if pc else None,
+        "cache_emptied_before_run": pc.cache_emptied_before_run if pc else None,
+        "server_hit_unit": pc.server_hit_unit if pc else None,
+        "interrupted": summary.interrupted,
+        "rehearsal": summary.rehearsal,
+        "short_completions": summary.short_completions.count,
+        "short_warning": summary.short_completions.warning,
+        "cache_reset_ok": summary.cache_reset.ok if summary.cache_reset else None,
+        "coalesced_share": summary.chunking.share,
+        "chunking_warning": summary.chunking.warning,
+        "window_warning": summary.window.warning if summary.window else None,
+        "unsupported_figures": metric_table.unsupported_figures(summary),
+    }
+
+
+def results_frame(campaign_dir: Path) -> pd.DataFrame:
+    """One row per run of every cell, with the headline metrics as columns."""
+    rows = [_row(cell, s) for cell in load_cells(campaign_dir) for s in cell.summaries.values()]
+    if not rows:
+        return pd.DataFrame(columns=["server", "backend", "workload", "run", "mode", "concurrency", "rate", "failed"])
+    frame = pd.DataFrame(rows)
+    # A rehearsal's stand-ins carry the mark in every table and legend that names them.
+    frame.loc[frame["rehearsal"], "server"] = frame.loc[frame["rehearsal"], "server"] + REHEARSAL_SUFFIX
+    frame = frame.sort_values(["workload", "server", "concurrency", "rate"], na_position="last")
+    return frame.reset_index(drop=True)
+
+
+def styled(table: pd.DataFrame) -> Any:
+    """A table for the report: no index column, two decimals, '-' for missing values."""
+    return table.style.hide(axis="index").format(precision=2, na_rep="-", thousands=",")
+
+
+def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table a reader decides from: throughput, latency tails, goodput, cost, failures."""
+    if frame.empty:
+        return frame
+    cols = {"server": "server", "workload": "workload", "run": "run", "ok": "ok", "failed": "failed"}
+    cols.update(metric_table.headline_columns())
+    table = frame[list(cols)].round(2).astype(object)
+    if "unsupported_figures" in frame:
+        # A percentile the sample cannot support is shown as such, never as a number.
+        for index, marks in frame["unsupported_figures"].items():
+            for column, why in (marks or {}).items():
+                if column in table.columns:
+                    table.at[index, column] = why
+    return table.rename(columns=cols).dropna(axis=1, how="all")
+
+
+def effort_table(campaign_dir: Path) -> pd.DataFrame:
+    """Engineering effort per server: build and start times, flags changed, failed starts."""
+    rows = []
+    seen = set()
+    suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
+    cells = load_cells(campaign_dir)
+    # With repeats, the warm restart is repeat 2's start (bakeoff.campaign.execute.run_cell).
+    warm = {c.label: w for c in cells if (w := c.effort.get("warm_restart_s")) is not None}
+    for cell in cells:
+        label = cell.label + suffix
+        if label in seen:
+            continue
+        seen.add(label)
+        effort = cell.effort
+        needs = effort.get("knob_change_needs", {})
+        rows.append(
+            {
+                "server": label,
+                "backend": cell.backend,
+                "image build s": effort.get("image_build_s"),
+                "engine build s": effort.get("engine_build_s"),
+                "cold start s": effort.get("cold_start_s"),
+                "warm restart s": effort.get("warm_restart_s", warm.get(cell.label)),
+                "cache-emptying restarts s": effort.get("cache_restart_s") or None,
+                "flags changed": effort.get("flags_changed"),
+                "config lines": effort.get("config_lines"),
+                "knobs needing rebuild": ", ".join(k for k, v in needs.items() if v == "rebuild") or "-",
+                "knobs needing restart": ", ".join(k for k, v in needs.items() if v == "restart") or "-",
+                "failed starts": len(effort.get("failed_start_attempts", [])),
+                "framework warnings": "; ".join(effort.get("launch_warnings", [])) or "-",
+                "status": cell.status,
+            }
+        )
+    return pd.DataFrame(rows).round(1)
+
+
+def prefix_cache_table(frame: pd.DataFrame) -> pd.DataFrame:
+    cols = [
+        "server",
+        "workload",
+        "designed_reuse",
+        "server_hit_rate",
+        "cached_tokens_ratio",
+        "server_hit_unit",
+        "reuse_realised",
+        "cache_emptied_before_run",
+        "ttft_ms_p50",
+    ]
+    # Every run whose plan designs reuse: conversations and trace replays with block ids.
+    sub = frame[frame["designed_reuse"].notna()] if not frame.empty else frame
+    return sub[cols].round(3) if not sub.empty else sub
+
+
+def failures_table(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    sub = frame[frame["failed"] > 0]
+    return sub[["server", "workload", "run", "ok", "failed", "failed_by_kind"]]
+
+
+def _sweep_axes(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    closed = frame[frame["mode"] == "closed"]
+    if not closed.empty:
+        return closed, "concurrency"
+    return frame[frame["mode"] == "open"], "rate"
+
+
+def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | None = None) -> Any:
+    """Throughput, TTFT P50/P99 and TPOT P50/P99 against concurrency (or rate), per server (seaborn).
+
+    ``palette``: server -> colour (:func:`bakeoff.report.plots.server_palette`); by default made
+    from every server in ``frame``, so colours match the campaign's other figures.
+    """
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from bakeoff.report.plots import server_palette
+
+    colours = palette or server_palette(frame["server"])
+    data, axis = _sweep_axes(frame[frame["workload"] == workload])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    sns.lineplot(data=data, x=axis, y="output_tok_s", hue="server", palette=colours, marker="o", ax=axes[0])
+    for ax, metric in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
+        # P50 solid, P99 dashed: one tidy frame, the statistic as the line style.
+        long = data.melt(
+            id_vars=["server", axis], value_vars=[f"{metric}_p50", f"{metric}_p99"], var_name="stat", value_name="ms"
+        )
+        long["stat"] = long["stat"].str[-3:].str.upper()
+        sns.lineplot(
+            data=long, x=axis, y="ms", hue="server", style="stat", palette=colours, marker="o", ax=ax, legend="brief"
+        )
+    titles = ("output tokens/s", "TTFT ms (P50 solid, P99 dashed)", "TPOT ms (P50 solid, P99 dashed)")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title)
+        ax.set_xlabel(axis)
+        ax.set_ylabel("")
+        if axis == "concurrency":
+            ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        if ax.get_legend() is not None:
+            ax.legend(fontsize=7)
+    rehearsal = bool(data["rehearsal"].any()) if "rehearsal" in data else False
+    fig.suptitle(
+        f"workload: {workload}" + (" — REHEARSAL: reference-server stand-ins, not a measurement" if rehearsal else "")
+    )
+    fig.tight_layout()
+    plt.close(fig)  # shown once, by the notebook's display(), not again by the inline backend
+    return fig
+
+
+def turn_figure(campaign_dir: Path) -> Any:
+    """Median TTFT by conversation turn: prefix caching should flatten later turns."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for cell in load_cells(campaign_dir):
+        for summary in cell.summaries.values():
+            by_turn = summary.ttft_ms_by_turn
+            if by_turn:
+                turns = sorted(t for t, ms in by_turn.items() if ms is not None)
+                ax.plot(
+                    [t + 1 for t in turns],
+                    [float(by_turn[t] or 0.0) for t in turns],
+                    marker="o",
+                    label=f"{cell.label} / {cell.workload}",
+                )
+    ax.set_xlabel("turn")
+    ax.set_ylabel("TTFT P50 ms")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def group_table(campaign_dir: Path) -> pd.DataFrame:
+    """Latency per request class (e.g. short vs long prompts in a long-prompt mix)."""
+    rows = []
+    for cell in load_cells(campaign_dir):
+        for run, summary in cell.summaries.items():
+            for group, block in summary.by_group.items():
+                rows.append(
+                    {
+                        "server": cell.label,
+                        "workload": cell.workload,
+                        "run": run,
+                        "class": group,
+                        "n": block.ttft_ms.n,
+                        "TTFT P50 ms": block.ttft_ms.p50,
+                        "TTFT P99 ms": block.ttft_ms.p99,
+                        "TPOT P50 ms": block.tpot_ms.p50,
+                        "TPOT P99 ms": block.tpot_ms.p99,
+                        "ITL P99 ms": block.itl_ms.p99,
+                        "ITL P99.9 ms": block.itl_ms.p99_9,
+                    }
+                )
+    return pd.DataFrame(rows).round(2)
+
+
+def diagnose(frame: pd.DataFrame) -> list[str]:
+    """Plain-language findings, following the measure-first bottleneck checklist.
+
+    How batching scaled throughput, whether requests queued for admission, and what the
+    protocol showed (reuse not realised, failed requests, coalesced chunks, short
+    windows). How close decode came to the memory-bandwidth floor, and a decode speed no
+    memory could deliver (a measurement problem), are the roofline's, in the "Why" section
+    (:func:`bakeoff.report.explain.roofline_notes`): said once, with the KV cache counted.
+    """
+    notes: list[str] = []
+    if "rehearsal" in frame and frame["rehearsal"].any():
+        notes.append(
+            "Rehearsal: no performance finding is drawn — the servers were reference-server stand-ins. "
+            "Below: only what the rehearsal checks (failed requests, prefix reuse seen through the protocol)."
+        )
+    for (workload, server), group in frame.groupby(["workload", "server"], sort=True):
+        if "rehearsal" in group and group["rehearsal"].any():
+            _protocol_notes(notes, workload, server, group)
+            continue
+        closed = group[group["mode"] == "closed"].sort_values("concurrency")
+        if len(closed) >= 2:
+            lo, hi = closed.iloc[0], closed.iloc[-1]
+            scale = hi["concurrency"] / lo["concurrency"]
+            gain = hi["output_tok_s"] / lo["output_tok_s"] if lo["output_tok_s"] else 0
+            tpot_growth = hi["tpot_ms_p50"] / lo["tpot_ms_p50"] if lo["tpot_ms_p50"] else 0
+            if gain >= 0.5 * scale:
+                notes.append(
+                    f"{server} / {workload}: throughput grew {gain:.1f}x for {scale:.0f}x concurrency "
+                    "— decode is memory-bandwidth-bound and batching still pays."
+                )
+            else:
+                notes.append(
+                    f"{server} / {workload}: throughput grew only {gain:.1f}x for {scale:.0f}x concurrency "
+                    f"while TPOT rose {tpot_growth:.1f}x — the server is saturated (compute-bound "
+                    "or limited by max_num_seqs); more concurrency buys latency, not throughput."
+                )
+            ttft_ratio = hi["ttft_ms_p99"] / hi["ttft_ms_p50"] if hi["ttft_ms_p50"] else 0
+            if ttft_ratio > 3:
+                notes.append(
+                    f"{server} / {workload}: at concurrency {hi['concurrency']:.0f} P99 TTFT is "
+                    f"{ttft_ratio:.1f}x P50 — requests queue for admission; look at max_num_seqs "
+                    "and the prefill token budget."
+                )
+        _protocol_notes(notes, workload, server, group)
+    return notes
+
+
+def _protocol_notes(notes: list[str], workload: object, server: object, group: pd.DataFrame) -> None:
+    """Findings that hold for a rehearsal too: reuse realised or not, failed requests."""
+    sessions = group[group["mode"] == "sessions"]
+    for _, row in sessions.iterrows():
+        realised = row["reuse_realised"]
+        if realised is not None and not pd.isna(realised) and not bool(realised):
+            notes.append(
+                f"{server} / {workload}: prefix reuse was designed ({row['designed_reuse']:.0%}) "
+                "but not realised by the server — prefix caching is off or evicted."
+            )
+    failed = int(group["failed"].sum())
+    if failed:
+        notes.append(f"{server} / {workload}: {failed} failed requests — see the failures table.")
+    for column in ("chunking_warning", "window_warning"):
+        if column in group:
+            for _, row in group[group[column].notna()].drop_duplicates(column).iterrows():
+                notes.append(f"{server} / {workload} / {row['run']}: {row[column]}")
+    if "short_warning" in group:
+        for _, row in group[group["short_warning"].notna()].iterrows():
+            notes.append(f"{server} / {workload} / {row['run']}: {row['short_warning']}")
+    if "cache_reset_ok" in group and (group["cache_reset_ok"] == False).any():  # noqa: E712 (None = no reset)
+        notes.append(
+            f"{server} / {workload}: the prefix-cache reset failed before some runs — their caches "
+            "were not cold; see cache_emptied_before_run in the prefix-cache table."
+        )
+
+
+def campaign_title(campaign_dir: Path) -> str:
+    import yaml
+
+    spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    title = f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
+    apart = measured_apart_note(campaign_dir)
+    if apart is not None:
+        title = f"{title}\n\n{apart}"
+    rehearsal = rehearsal_marker(campaign_dir)
+    if rehearsal is None:
+        return title
+    title = f"# REHEARSAL of {spec.get('name')} — not a measurement\n\n{spec.get('description', '')}"
+    title += f"\n\n{apart}" if apart is not None else ""
+    return (
+        f"{title}\n\n> {REHEARSAL_BANNER}\n>\n> Campaign: `{rehearsal['source_campaign']}` (scaled down); "
+        f"model on a real run: `{rehearsal['original_model']}`."
+    )
+
+
+def quality_table(campaign_dir: Path) -> pd.DataFrame:
+    """One row per cell that ran the quality set: its rates in percent (:mod:`bakeoff.campaign.quality`)."""
+
+    rows = []
+    for path in sorted((campaign_dir / "cells").glob(f"*/{QUALITY_FILE}")):
+        result = read_json(path)
+        rates = result["rates"]
+        server, _, workload = path.parent.name.partition("__")
+        row: dict[str, Any] = {"server": server, "workload": workload, "answered": rates["answered"]}
+        row["failed"] = rates["failed"]
+        row.update({f"{name} %": None if rates[name] is None else 100 * rates[name] for name in QUALITY_RATES})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def remeasured_table(campaign_dir: Path) -> pd.DataFrame:
+    """Cells a resumed campaign measured again: why, and what each earlier attempt had finished."""
+    rows = [
+        {
+            "cell": path.parent.name,
+            "earlier attempt": attempt["attempt"],
+            "ended": attempt["status"],
+            "finished requests kept": attempt["finished_requests"],
+            "measured again because": attempt.get("why_measured_again"),
+        }
+        for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}"))
+        for attempt in read_json(path).get("earlier_attempts") or []
+    ]
+    return pd.DataFrame(rows)
+
+
+def verdict_section(campaign_dir: Path) -> str:
+    """The verdict the report opens with (:mod:`bakeoff.analysis.verdict`), as markdown."""
+    from bakeoff.analysis import verdict
+
+    if is_rehearsal(campaign_dir):
+        # Its runs are left out of every verdict; "no sweep" would read as a missing workload.
+        return "Rehearsal: no verdict is drawn. Every server was a reference-server stand-in, not a framework."
+    return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir))
+
+
+def confidence_table(campaign_dir: Path) -> pd.DataFrame:
+    """Every headline figure per server and load with n and its bootstrap interval across repeats."""
+    from bakeoff.analysis import verdict
+
+    return pd.DataFrame(verdict.figures_table(campaign_dir))

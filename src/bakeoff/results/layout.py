@@ -1,0 +1,112 @@
+"""A campaign folder's layout, and reading it back as typed cells.
+
+What the campaign stage writes and every reader (report, verdict, advice, history) reads:
+``campaign.yaml`` (the campaign as run), ``cells/SERVER__WORKLOAD[__rN]/cell.json`` with its
+``runs/*/summary.json``, ``quality.json`` beside a cell's runs, and ``rehearsal.json`` at the top
+of a rehearsal. :func:`load_cells` returns one :class:`CellResult` per cell folder, so a reader
+names the fields it uses instead of indexing an untyped dict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bakeoff.results.store import CELL_INFO, SUMMARY, read_json, read_summary
+from bakeoff.results.summary import RunSummary
+
+CAMPAIGN_COPY = "campaign.yaml"  # as written by bakeoff.campaign.cells.prepare
+CELL_SEPARATOR = "__"  # a cell folder is SERVER__WORKLOAD, and SERVER__WORKLOAD__rN for repeat N > 1
+QUALITY_FILE = "quality.json"
+# The rates a quality check reports, in the order the report shows them.
+QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement")
+REHEARSAL_MARKER = "rehearsal.json"
+REHEARSAL_BANNER = (
+    "**REHEARSAL — not a measurement.** Every server in this report is the reference server "
+    "emulating a framework's wire protocol, not the framework: the figures test bakeoff's GPU path "
+    "(commands, probes, scrapes, cache resets, report) and say nothing about vLLM, SGLang or TensorRT-LLM."
+)
+
+
+def cell_folder_name(server_label: str, workload_name: str, repeat: int = 1) -> str:
+    """The folder of one repeat of a cell; repeat 1 keeps the plain name (campaigns without repeats)."""
+    base = f"{server_label}{CELL_SEPARATOR}{workload_name}"
+    return base if repeat == 1 else f"{base}{CELL_SEPARATOR}r{repeat}"
+
+
+def cell_names(cell_id: str, cell: dict[str, Any]) -> tuple[str, str]:
+    """(server label, workload) of a cell, from its cell.json, else from its folder name.
+
+    Repeats of a cell (``SERVER__WORKLOAD__rN``) name the same server and workload.
+    """
+    label, _, workload = cell_id.partition(CELL_SEPARATOR)
+    workload = re.sub(rf"{CELL_SEPARATOR}r\d+$", "", workload)
+    server = cell.get("server") or {}
+    return str(server.get("label") or label), str(cell.get("workload") or workload)
+
+
+def is_rehearsal(campaign_dir: Path) -> bool:
+    return (campaign_dir / REHEARSAL_MARKER).is_file()
+
+
+def rehearsal_marker(campaign_dir: Path) -> dict[str, Any] | None:
+    path = campaign_dir / REHEARSAL_MARKER
+    return read_json(path) if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One cell folder: its ``cell.json`` and its runs' summaries (run name -> summary).
+
+    ``server`` is the server's section as the campaign wrote it (label, backend, knobs, ...);
+    ``info`` keeps the whole ``cell.json`` for the rarer fields.
+    """
+
+    dir: Path
+    server: dict[str, Any]
+    backend: str
+    workload: str
+    repeat: int
+    status: str | None
+    effort: dict[str, Any]
+    summaries: dict[str, RunSummary]
+    info: dict[str, Any] = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        return str(self.server["label"])
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        return dict(self.server.get("knobs") or {})
+
+    @property
+    def ray(self) -> dict[str, Any] | None:
+        ray = self.info.get("ray")
+        return ray if isinstance(ray, dict) else None
+
+
+def load_cells(campaign_dir: Path) -> list[CellResult]:
+    """Every cell folder of a campaign with a ``cell.json``, its summaries read and checked."""
+    cells = []
+    for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}")):
+        info = read_json(path)
+        label, workload = cell_names(path.parent.name, info)
+        server = dict(info.get("server") or {})
+        server.setdefault("label", label)
+        cells.append(
+            CellResult(
+                dir=path.parent,
+                server=server,
+                backend=str(info.get("backend") or server.get("backend") or ""),
+                workload=workload,
+                repeat=int(info.get("repeat") or 1),
+                status=info.get("status"),
+                effort=dict(info.get("effort") or {}),
+                summaries={p.parent.name: read_summary(p) for p in sorted(path.parent.glob(f"runs/*/{SUMMARY}"))},
+                info=info,
+            )
+        )
+    return cells

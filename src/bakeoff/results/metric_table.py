@@ -1,0 +1,518 @@
+"""The one table of metric definitions: formula, words, unit, column label and direction.
+
+Every metric bakeoff reports is one :class:`Metric` row in :data:`METRICS`. The row holds
+its definition twice, in code (a per-request ``samples`` function for distributions, a
+``read`` from :class:`~bakeoff.results.summary.RunSummary` for run-level figures) and in words for
+the glossary, side by side so the two cannot drift. From this table come:
+
+- the per-request distributions in ``summary.json`` (:func:`latency_block`; each needs a
+  same-named field in :class:`~bakeoff.results.summary.Latency`, checked when this module loads),
+- the report's results frame columns and headline columns (:func:`frame_columns`,
+  :func:`headline_columns`),
+- the glossary (:func:`glossary`).
+
+Per-request formulas (peers disagree, so these are bakeoff's own):
+
+- TTFT: request sent -> first chunk carrying generated content (role-only chunks excluded).
+- TTFB: request sent -> first SSE event of any kind (what some tools call TTFT).
+- E2E: request sent -> end of stream.
+- "Sent" is the scheduled send time where the run had a schedule (open loop, trace replay),
+  so client-side queueing counts (:func:`latency_origin_ns`); the send-time figures are
+  kept beside them as ``ttft_from_send_ms`` and ``e2e_from_send_ms``.
+- TPOT: (last content chunk - first content chunk) / (output tokens - tokens in the first
+  content chunk), output tokens from the server's usage (:func:`tpot_ms`).
+- ITL: gaps between consecutive content chunks; per token: each gap / tokens in its chunk.
+- Percentiles are nearest-rank: every one is a latency some request really had, and SLO
+  verdicts compare those against their bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Literal
+
+import numpy as np
+
+from bakeoff.results.records import RequestRecord
+from bakeoff.results.summary import PERCENTILES, STAT_LABELS, Latency, RunSummary, Stat, StatName
+
+NS_PER_MS = 1e6
+
+# --- per-request formulas ------------------------------------------------------------------
+
+
+def latency_origin_ns(r: RequestRecord) -> int:
+    """Where a request's latency clock starts: its scheduled send time when it had one.
+
+    Open-loop and trace runs schedule every request; one sent late (a concurrency cap, a
+    client falling behind) has waited since its scheduled time, and that wait belongs in
+    its TTFT and E2E, or the queueing vanishes from them (coordinated omission). The
+    send-time view stays recoverable: ``queue_delay_ms`` is send - scheduled.
+    """
+    return r.scheduled_ns or r.start_ns
+
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    return (r.first_token_ns - latency_origin_ns(r)) / NS_PER_MS if r.first_token_ns else None
+
+
+def ttft_from_send_ms(r: RequestRecord) -> float | None:
+    """TTFT from the moment the request was actually sent (the figure that hides client queueing)."""
+    return (r.first_token_ns - r.start_ns) / NS_PER_MS if r.first_token_ns else None
+
+
+def e2e_from_send_ms(r: RequestRecord) -> float:
+    return (r.end_ns - r.start_ns) / NS_PER_MS
+
+
+def ttfb_ms(r: RequestRecord) -> float | None:
+    return (r.first_event_ns - latency_origin_ns(r)) / NS_PER_MS if r.first_event_ns else None
+
+
+def e2e_ms(r: RequestRecord) -> float:
+    return (r.end_ns - latency_origin_ns(r)) / NS_PER_MS
+
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    """(last content chunk - first content chunk) / (output tokens - tokens in the first chunk).
+
+    It ends at the last content chunk, not at the usage chunk or ``[DONE]`` that follow it,
+    and divides by the tokens generated after the first chunk, which on SGLang and
+    TensorRT-LLM can carry several.
+    """
+    if not r.chunk_ns or not r.first_token_ns:
+        return None
+    first_chunk = r.chunk_tokens[0] if len(r.chunk_tokens) == len(r.chunk_ns) else 1
+    after_first = r.completion_tokens - first_chunk
+    if after_first <= 0:
+        return None
+    return (r.chunk_ns[-1] - r.first_token_ns) / NS_PER_MS / after_first
+
+
+def coalesced_gaps(r: RequestRecord) -> int:
+    """Gaps between content chunks that arrived in the same read (equal timestamps)."""
+    return sum(1 for a, b in pairwise(r.chunk_ns) if a == b)
+
+
+def itl_ms(r: RequestRecord) -> list[float]:
+    ns = r.chunk_ns
+    return [(b - a) / NS_PER_MS for a, b in pairwise(ns)]
+
+
+def itl_per_token_ms(r: RequestRecord) -> list[float]:
+    """Each gap divided by the tokens the later chunk carried (several-token chunks)."""
+    gaps = itl_ms(r)
+    tokens = r.chunk_tokens[1:] if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(gaps)
+    return [g / t for g, t in zip(gaps, tokens, strict=True) if t > 0]
+
+
+def nearest_rank(values: Iterable[float], percentile: float) -> float | None:
+    """The nearest-rank percentile: the smallest sample with at least ``percentile`` % at or below it."""
+    arr = np.fromiter(values, dtype=np.float64)
+    if arr.size == 0:
+        return None
+    return float(np.percentile(arr, percentile, method="inverted_cdf"))
+
+
+def stats(values: Iterable[float]) -> Stat:
+    """n, mean and the standard percentiles (nearest-rank); all None when there are no values."""
+    arr = np.fromiter(values, dtype=np.float64)
+    if arr.size == 0:
+        return Stat()
+    pct = np.percentile(arr, list(PERCENTILES.values()), method="inverted_cdf")
+    return Stat(
+        n=int(arr.size),
+        mean=float(arr.mean()),
+        **{name: float(v) for name, v in zip(PERCENTILES, pct, strict=True)},
+    )
+
+
+# --- samples of each distribution over a run's successful requests -------------------------
+
+Samples = Callable[[list[RequestRecord]], Iterable[float]]
+
+
+def _per_request(formula: Callable[[RequestRecord], float | None]) -> Samples:
+    def samples(ok: list[RequestRecord]) -> Iterator[float]:
+        return (v for v in map(formula, ok) if v is not None)
+
+    return samples
+
+
+def _per_gap(formula: Callable[[RequestRecord], list[float]]) -> Samples:
+    def samples(ok: list[RequestRecord]) -> Iterator[float]:
+        return (g for r in ok for g in formula(r))
+
+    return samples
+
+
+def _tok_s_per_user(ok: list[RequestRecord]) -> Iterator[float]:
+    return (1000.0 / t for t in map(tpot_ms, ok) if t is not None and t > 0)
+
+
+# --- the table ----------------------------------------------------------------------------
+
+Better = Literal["higher", "lower"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported metric.
+
+    A distribution has ``samples`` (per-request values -> a :class:`Stat` in ``latency``);
+    its ``column`` holds ``{stat}`` for the statistic's label. A run-level figure has
+    ``read``. ``frame_stats`` / ``headline_stats``: statistics carried into the results
+    frame / shown in the headline table; ``headline`` does the same for a run-level figure.
+    """
+
+    key: str
+    name: str  # as the glossary names it
+    unit: str
+    definition: str
+    better: Better | None
+    column: str
+    samples: Samples | None = None
+    read: Callable[[RunSummary], float | None] | None = None
+    frame_stats: tuple[StatName, ...] = ("p50", "p90", "p99")
+    headline_stats: tuple[StatName, ...] = ()
+    headline: bool = False
+
+    def stat(self, summary: RunSummary) -> Stat:
+        return summary.latency.get(self.key)
+
+    def value(self, summary: RunSummary, stat: StatName | None = None) -> float | None:
+        """The figure from a summary: ``stat`` of a distribution, or the run-level value."""
+        if self.read is not None:
+            return self.read(summary)
+        dist = self.stat(summary)
+        # A distribution marked unsupported (coalesced chunks) has no figure to show, only its reason.
+        return None if dist.unsupported is not None else dist.value(stat or "p50")
+
+
+def _distribution(
+    key: str,
+    name: str,
+    definition: str,
+    column: str,
+    samples: Samples,
+    *,
+    unit: str = "ms",
+    better: Better = "lower",
+    frame: tuple[StatName, ...] = ("p50", "p90", "p99"),
+    headline: tuple[StatName, ...] = (),
+) -> Metric:
+    return Metric(key, name, unit, definition, better, column, samples, None, frame, headline)
+
+
+def _figure(
+    key: str,
+    name: str,
+    unit: str,
+    definition: str,
+    better: Better | None,
+    read: Callable[[RunSummary], float | None],
+    *,
+    column: str = "",
+    headline: bool = False,
+) -> Metric:
+    return Metric(key, name, unit, definition, better, column or name, None, read, (), (), headline)
+
+
+def _effort(summary: RunSummary, field: str) -> float | None:
+    value = getattr(summary.effort, field) if summary.effort is not None else None
+    return None if value is None else float(value)
+
+
+def _prefix(summary: RunSummary, field: str) -> float | None:
+    value = getattr(summary.prefix_cache, field) if summary.prefix_cache is not None else None
+    return None if value is None else float(value)
+
+
+METRICS: tuple[Metric, ...] = (
+    _figure(
+        "output_tok_s",
+        "output tok/s",
+        "tok/s",
+        "output tokens that arrived inside the measured window / its length. Closed loop: the steady-state "
+        "window (every slot busy; ramp and tail left out); otherwise first send → last end.",
+        "higher",
+        lambda s: s.throughput.output_tok_s,
+        column="out tok/s",
+        headline=True,
+    ),
+    _figure(
+        "offered_req_s",
+        "offered req/s",
+        "req/s",
+        "open loop: the rate the arrival schedule asked for (requests / span of their scheduled times), "
+        "shown beside req/s, the rate achieved.",
+        None,
+        lambda s: s.throughput.offered_req_s,
+    ),
+    _figure(
+        "total_tok_s",
+        "total tok/s",
+        "tok/s",
+        "prompt + output tokens of successful requests / measured window.",
+        "higher",
+        lambda s: s.throughput.total_tok_s,
+    ),
+    _figure(
+        "req_s",
+        "req/s",
+        "req/s",
+        "successful requests / measured window.",
+        "higher",
+        lambda s: s.throughput.req_s,
+        headline=True,
+    ),
+    _distribution(
+        "ttft_ms",
+        "TTFT",
+        "request sent (open loop, trace: its scheduled time) → first chunk that carries generated text. "
+        "Role-only or empty chunks do not count.",
+        "TTFT {stat} ms",
+        _per_request(ttft_ms),
+        headline=("p50", "p99"),
+    ),
+    _distribution(
+        "ttft_from_send_ms",
+        "TTFT from send",
+        "request actually sent → first content chunk: TTFT without the wait for a free slot; equal to TTFT "
+        "where there is no schedule (closed loop).",
+        "TTFT-from-send {stat} ms",
+        _per_request(ttft_from_send_ms),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
+        "ttfb_ms",
+        "TTFB",
+        "request sent → first stream event of any kind (what some tools report as TTFT).",
+        "TTFB {stat} ms",
+        _per_request(ttfb_ms),
+    ),
+    _distribution(
+        "tpot_ms",
+        "TPOT",
+        "(last content chunk − first content chunk) / (output tokens − tokens in the first content chunk); "
+        "output tokens from the server's `usage`; it ends at the last content chunk, not the usage chunk or "
+        "`[DONE]`. vLLM bench's TPOT is (E2E − TTFT) / (output − 1), so it adds the stream's tail and counts a "
+        "several-token first chunk as one; GuideLLM's TPOT spreads the whole request latency (TTFT included) "
+        'over all output tokens; AIPerf calls this figure "ITL" (its per-chunk gap is bakeoff\'s ITL).',
+        "TPOT {stat} ms",
+        _per_request(tpot_ms),
+        headline=("p50", "p99"),
+    ),
+    _distribution(
+        "itl_ms",
+        "ITL",
+        "gap between consecutive content chunks.",
+        "ITL {stat} ms",
+        _per_gap(itl_ms),
+        headline=("p99",),
+    ),
+    _distribution(
+        "itl_per_token_ms",
+        "ITL per token",
+        "each ITL gap divided by the tokens in the chunk that ended it (several-token chunks).",
+        "ITL/token {stat} ms",
+        _per_gap(itl_per_token_ms),
+        frame=(),
+    ),
+    _distribution(
+        "e2e_ms",
+        "E2E",
+        "request sent (open loop, trace: its scheduled time) → end of the stream.",
+        "E2E {stat} ms",
+        _per_request(e2e_ms),
+        headline=("p99",),
+    ),
+    _distribution(
+        "e2e_from_send_ms",
+        "E2E from send",
+        "request actually sent → end of the stream: E2E without the wait for a free slot.",
+        "E2E-from-send {stat} ms",
+        _per_request(e2e_from_send_ms),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
+        "tok_s_per_user",
+        "tok/s per user",
+        "1000 / TPOT ms: the decode speed one user sees.",
+        "tok/s/user {stat}",
+        _tok_s_per_user,
+        unit="tok/s",
+        better="higher",
+        frame=("p50",),
+        headline=("p50",),
+    ),
+    _figure(
+        "goodput_req_s",
+        "goodput",
+        "req/s",
+        "requests completed in the window per second × the share of them meeting every SLO bound.",
+        "higher",
+        lambda s: s.slo.goodput_req_s if s.slo else None,
+        column="goodput req/s",
+        headline=True,
+    ),
+    _figure(
+        "slo_attainment",
+        "SLO attainment",
+        "share",
+        "share of measured requests (failed ones included) meeting every SLO bound.",
+        "higher",
+        lambda s: s.slo.attainment if s.slo else None,
+    ),
+    _figure(
+        "usd_per_m_tok",
+        "cost / M tok",
+        "USD",
+        "cost per hour / (output tok/s × 3600) × 10⁶.",
+        "lower",
+        lambda s: s.cost.usd_per_million_output_tokens if s.cost else None,
+        column="$/M tok",
+        headline=True,
+    ),
+    _figure(
+        "designed_reuse",
+        "designed reuse",
+        "share",
+        "share of prompt tokens repeating an earlier prefix, from the request plan.",
+        None,
+        lambda s: _prefix(s, "designed_reuse"),
+    ),
+    _figure(
+        "server_hit_rate",
+        "server hit rate",
+        "share",
+        "prefix-cache hits / queries from the server's own counters over the run.",
+        "higher",
+        lambda s: _prefix(s, "server_hit_rate"),
+    ),
+    _figure(
+        "cached_tokens_ratio",
+        "cached tokens ratio",
+        "share",
+        "cached prompt tokens the server reported in `usage` / prompt tokens of those requests.",
+        "higher",
+        lambda s: _prefix(s, "cached_tokens_ratio"),
+    ),
+    _figure(
+        "engine_build_s",
+        "engine build s",
+        "s",
+        "TensorRT-LLM's `trtllm-build` (engine flow) or llama.cpp's GGUF conversion.",
+        "lower",
+        lambda s: _effort(s, "engine_build_s"),
+    ),
+    _figure(
+        "cold_start_s",
+        "cold start s",
+        "s",
+        "launch → health check answers, on the first start.",
+        "lower",
+        lambda s: _effort(s, "cold_start_s"),
+    ),
+    _figure(
+        "warm_restart_s",
+        "warm restart s",
+        "s",
+        "a second start, with the engine's caches (compiled kernels, page cache) filled.",
+        "lower",
+        lambda s: _effort(s, "warm_restart_s"),
+    ),
+)
+
+BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
+DISTRIBUTIONS: tuple[Metric, ...] = tuple(m for m in METRICS if m.samples is not None)
+
+_STATISTICS_NOTE = (
+    "P50…P99.9",
+    "nearest-rank percentiles over successful, measured requests (closed loop: those inside the steady-state "
+    "window), each with its n; failures are counted by kind. A percentile needs at least one sample beyond it "
+    "(P99: n ≥ 100) to be more than the largest sample: below that it is shown as unsupported, not as a "
+    "number. Across repeats each figure carries a 95% bootstrap interval; a difference between servers is a "
+    "win only when its interval excludes 0, else a tie.",
+)
+
+
+def _check_table() -> None:
+    """Every distribution has its Latency field and the reverse: a new metric cannot half-exist."""
+    table = {m.key for m in DISTRIBUTIONS}
+    fields = set(Latency.model_fields)
+    if table != fields:
+        raise RuntimeError(
+            f"metric table and results.Latency disagree: table only {sorted(table - fields)}, "
+            f"Latency only {sorted(fields - table)}; add the field or the table row"
+        )
+    if len(BY_KEY) != len(METRICS):
+        raise RuntimeError("two metric table rows share a key")
+    for metric in DISTRIBUTIONS:
+        if not set(metric.headline_stats) <= set(metric.frame_stats):
+            raise RuntimeError(f"{metric.key}: a headline statistic must also be a frame statistic")
+
+
+_check_table()
+
+
+def latency_block(ok: list[RequestRecord]) -> Latency:
+    """Every distribution of the table over ``ok`` (successful, measured requests)."""
+    return Latency(**{m.key: stats(m.samples(ok)) for m in DISTRIBUTIONS if m.samples is not None})
+
+
+def frame_columns() -> list[tuple[str, Callable[[RunSummary], float | None]]]:
+    """(column, reader) for every metric figure the results frame carries, in table order."""
+    columns: list[tuple[str, Callable[[RunSummary], float | None]]] = []
+    for metric in METRICS:
+        if metric.read is not None:
+            columns.append((metric.key, metric.read))
+            continue
+        for stat in metric.frame_stats:
+            columns.append((f"{metric.key}_{stat}", _stat_reader(metric, stat)))
+    return columns
+
+
+def _stat_reader(metric: Metric, stat: StatName) -> Callable[[RunSummary], float | None]:
+    return lambda summary: metric.value(summary, stat)
+
+
+def headline_columns() -> dict[str, str]:
+    """Frame column -> report label for the headline table, in table order."""
+    labels: dict[str, str] = {}
+    for metric in METRICS:
+        if metric.read is not None:
+            if metric.headline:
+                labels[metric.key] = metric.column
+            continue
+        for stat in metric.headline_stats:
+            labels[f"{metric.key}_{stat}"] = metric.column.format(stat=STAT_LABELS[stat])
+    return labels
+
+
+def unsupported_figures(summary: RunSummary) -> dict[str, str]:
+    """Frame column -> why its figure is not a measurement (too few samples, coalesced chunks)."""
+    found: dict[str, str] = {}
+    for metric in METRICS:
+        if metric.read is not None:
+            continue
+        dist = metric.stat(summary)
+        for stat in metric.frame_stats:
+            if not dist.supported(stat):
+                found[f"{metric.key}_{stat}"] = "unsupported" if dist.unsupported else f"unsupported (n={dist.n})"
+    return found
+
+
+def headline_readers() -> list[tuple[str, Callable[[RunSummary], float | None]]]:
+    """(label, reader) for the headline figures, read straight from a summary."""
+    readers = dict(frame_columns())
+    return [(label, readers[column]) for column, label in headline_columns().items()]
+
+
+def glossary() -> str:
+    """The report's glossary as a markdown table, one row per metric."""
+    rows = [f"| {m.name} | {m.unit} | {m.better or '-'} | {m.definition} |" for m in METRICS]
+    rows.append(f"| {_STATISTICS_NOTE[0]} | | | {_STATISTICS_NOTE[1]} |")
+    return "\n".join(["", "| metric | unit | better | definition |", "|---|---|---|---|", *rows, ""])

@@ -1,0 +1,165 @@
+"""Checks that keep a GPU comparison fair and startable, run before any server starts.
+
+- CUDA: each GPU image is built for one CUDA major (``container.cuda_major``); a host
+  driver whose CUDA version (the ``CUDA Version: X.Y`` of ``nvidia-smi``) is older cannot
+  run it. :func:`check_cuda_compat` refuses that and names the tag built for the host's
+  CUDA major (``container.cuda_images``), or says to upgrade the driver.
+- KV-cache dtype: a ModelOpt export (TensorRT-LLM's checkpoints) defaults its KV cache to
+  FP8 and records it in ``hf_quant_config.json`` (``quantization.kv_cache_quant_algo``),
+  which the server then follows while the others keep the model dtype. Such a campaign
+  compares KV precisions, not frameworks: :func:`check_kv_dtypes` refuses it, naming each
+  server's KV dtype. KV dtypes set on purpose by the ``kv_cache_dtype`` knob are an A/B
+  and pass.
+- Draft models: a speculative knob that reads ``/draft`` needs ``model.draft_path``
+  (:func:`check_draft_models`).
+
+Everything here is pure apart from :func:`query_nvidia_smi`, so it is tested with sample
+``nvidia-smi`` outputs and temporary checkpoint folders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bakeoff.errors import LaunchError, SpecError
+from bakeoff.serving.backends import BackendSpec, KnobValue
+from bakeoff.serving.knobs import draft_model_knob
+
+QUANT_CONFIG = "hf_quant_config.json"
+_CUDA_VERSION = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
+# Spellings of one KV element type across the frameworks and ModelOpt's config.
+_KV_ALIASES = {
+    "fp8": "fp8_e4m3",  # vLLM's and TensorRT-LLM's fp8 is e4m3; ModelOpt writes "FP8"
+    "bf16": "bfloat16",
+    "half": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+}
+
+
+def parse_cuda_version(nvidia_smi_text: str) -> tuple[int, int]:
+    """(major, minor) of the driver's CUDA version from ``nvidia-smi`` output."""
+    match = _CUDA_VERSION.search(nvidia_smi_text)
+    if match is None:
+        raise LaunchError("nvidia-smi printed no 'CUDA Version: X.Y'; is the NVIDIA driver loaded?")
+    return int(match.group(1)), int(match.group(2))
+
+
+def query_nvidia_smi(timeout_s: float = 30.0) -> str:
+    """What ``nvidia-smi`` prints on this host; a missing or failing one is a LaunchError."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        raise LaunchError("nvidia-smi not found: a GPU backend needs the NVIDIA driver on this host")
+    try:
+        proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"nvidia-smi hung for {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        raise LaunchError(f"nvidia-smi failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
+    return proc.stdout
+
+
+def check_cuda_compat(backend: BackendSpec, nvidia_smi_text: str) -> None:
+    """Refuse an image built for a newer CUDA major than the host driver supports.
+
+    A newer driver runs images of older CUDA majors, so only ``driver < image`` fails.
+    """
+    spec = backend.container
+    if spec is None or spec.cuda_major is None:
+        return
+    major, minor = parse_cuda_version(nvidia_smi_text)
+    if major >= spec.cuda_major:
+        return
+    fits = sorted((m, image) for m, image in spec.cuda_images.items() if m <= major)
+    if fits:
+        m, image = fits[-1]
+        fix = (
+            f"use {image} (the CUDA {m} build of the same release): set container.image to it and "
+            f"container.cuda_major to {m} in backends/{backend.name}.yaml, or upgrade the driver"
+        )
+    else:
+        fix = f"no CUDA {major} build of it exists; upgrade the NVIDIA driver to one with CUDA {spec.cuda_major}"
+    raise LaunchError(
+        f"backend {backend.name!r}: image {spec.image} is built for CUDA {spec.cuda_major} but the host "
+        f"driver supports CUDA {major}.{minor}; {fix}"
+    )
+
+
+def checkpoint_kv_dtype(model_dir: Path) -> str | None:
+    """The KV-cache dtype a ModelOpt checkpoint asks for, normalized; None when it asks none."""
+    path = model_dir / QUANT_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{path}: not readable JSON ({exc}); re-export the checkpoint") from exc
+    quant = data.get("quantization") if isinstance(data, dict) else None
+    algo = quant.get("kv_cache_quant_algo") if isinstance(quant, dict) else None
+    return normalize_kv_dtype(str(algo)) if algo else None
+
+
+def normalize_kv_dtype(value: str) -> str:
+    text = value.strip().lower()
+    return _KV_ALIASES.get(text, text)
+
+
+@dataclass(frozen=True)
+class KvDtype:
+    """One server's effective KV-cache element type and where it comes from."""
+
+    label: str
+    dtype: str
+    source: str  # "knob", "checkpoint" or "model dtype"
+
+    def describe(self) -> str:
+        return f"{self.label}: {self.dtype} ({self.source})"
+
+
+def effective_kv_dtype(label: str, knobs: dict[str, KnobValue], model_dir: Path | None) -> KvDtype:
+    """The knob when set, else what the checkpoint asks for, else the model's own dtype."""
+    knob = knobs.get("kv_cache_dtype")
+    if knob is not None and str(knob) != "auto":
+        return KvDtype(label, normalize_kv_dtype(str(knob)), "knob")
+    if model_dir is not None and model_dir.is_dir():
+        from_checkpoint = checkpoint_kv_dtype(model_dir)
+        if from_checkpoint is not None:
+            return KvDtype(label, from_checkpoint, f"checkpoint {model_dir / QUANT_CONFIG}")
+    dtype = knobs.get("dtype")
+    if dtype is not None and str(dtype) != "auto":
+        return KvDtype(label, normalize_kv_dtype(str(dtype)), "model dtype")
+    return KvDtype(label, "model dtype", "model dtype")
+
+
+def check_kv_dtypes(kv: list[KvDtype]) -> None:
+    """Refuse servers whose KV dtypes differ because a checkpoint chose one for its server."""
+    if len({k.dtype for k in kv}) <= 1:
+        return
+    implicit = [k for k in kv if k.source.startswith("checkpoint")]
+    if not implicit:
+        return  # set on purpose with kv_cache_dtype: an A/B of KV precision
+    names = ", ".join(k.label for k in implicit)
+    raise SpecError(
+        "servers differ in KV-cache dtype, so the comparison would measure KV precision, not frameworks: "
+        + "; ".join(k.describe() for k in kv)
+        + f". Fix: re-export the checkpoint of {names} with ModelOpt's --kv_cache_qformat none "
+        "(KV cache in the model dtype), or set kv_cache_dtype on the other servers to match"
+    )
+
+
+def check_draft_models(backends: list[tuple[str, BackendSpec, dict[str, KnobValue]]], draft_path: Path | None) -> None:
+    """Refuse a speculative knob that reads /draft when the campaign names no draft model."""
+    if draft_path is not None:
+        return
+    for where, backend, knobs in backends:
+        knob = draft_model_knob(backend, knobs)
+        if knob is not None:
+            raise SpecError(
+                f"{where}.knobs.{knob}: {knobs[knob]} needs a draft model (an EAGLE head or a small model "
+                "with the same vocabulary); set model.draft_path to its folder, or use speculative: ngram or none"
+            )

@@ -1,0 +1,166 @@
+"""Knob values: checking one against a backend, and the parts of rendering that need values.
+
+:mod:`bakeoff.serving.backends` owns the specs and assembles a launch; this module owns what a
+*value* may be and what it implies:
+
+- :func:`check_knob` refuses a knob the backend lacks, a value outside its choices or
+  bounds, and a value the pinned framework version cannot take (``refused_values``,
+  whose reason is quoted), before anything starts.
+- A knob with ``fills`` is a parameter of another knob (``num_speculative_tokens`` of
+  ``speculative``): it renders nothing itself, and its value fills ``{name}`` (or
+  ``{name+1}``) inside the other knob's native value, keeping its type (an int stays an
+  int inside JSON). Setting it while the knob it fills renders nothing is refused.
+- ``value_warnings`` turn a value into a warning for the report (:func:`launch_warnings`).
+- :func:`draft_model_knob` says which knob needs a draft model mounted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from bakeoff.errors import KnobError, SpecError
+
+if TYPE_CHECKING:
+    from bakeoff.serving.backends import BackendSpec, KnobSpec, KnobValue
+
+# {name} or {name+N}; other braces (JSON, shell) are left alone.
+PLACEHOLDER = re.compile(r"\{([a-z_]+)(?:\+(\d+))?\}")
+DRAFT_PLACEHOLDER = "{draft_model}"
+
+
+def check_knob(backend: BackendSpec, name: str, value: KnobValue) -> KnobValue:
+    """Validate one knob value for a backend and return it coerced to the knob's type."""
+    from bakeoff.serving.backends import KNOB_VOCABULARY
+
+    where = f"backend {backend.name!r}, knob {name!r}"
+    if name not in KNOB_VOCABULARY:
+        raise KnobError(f"{where}: not a bakeoff knob; known knobs: {', '.join(KNOB_VOCABULARY)}")
+    spec = backend.knobs.get(name)
+    if spec is None:
+        have = ", ".join(sorted(backend.knobs)) or "none"
+        reason = backend.unsupported.get(name)
+        why = f": {reason}" if reason else ""
+        raise KnobError(f"{where}: {backend.name} has no such knob{why}; it supports: {have}")
+    coerced = _coerce(spec, value, where)
+    refused = spec.refused_values.get(value_key(coerced))
+    if refused is not None:
+        raise KnobError(f"{where}: {backend.name} {backend.version} cannot take {coerced!r}: {refused}")
+    if spec.choices is not None and coerced not in spec.choices:
+        allowed = ", ".join(map(str, spec.choices))
+        raise KnobError(f"{where}: value {value!r} not accepted; choose one of: {allowed}")
+    if isinstance(coerced, int | float) and not isinstance(coerced, bool):
+        if spec.minimum is not None and coerced < spec.minimum:
+            raise KnobError(f"{where}: {value!r} is below the minimum {spec.minimum}")
+        if spec.maximum is not None and coerced > spec.maximum:
+            raise KnobError(f"{where}: {value!r} is above the maximum {spec.maximum}")
+    return coerced
+
+
+def _coerce(spec: KnobSpec, value: KnobValue, where: str) -> KnobValue:
+    if spec.type == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("true", "on", "1", "yes"):
+            return True
+        if text in ("false", "off", "0", "no"):
+            return False
+        raise KnobError(f"{where}: expected true/false, got {value!r}")
+    try:
+        if spec.type == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if spec.type == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+    except (TypeError, ValueError):
+        raise KnobError(f"{where}: expected a {spec.type}, got {value!r}") from None
+    return str(value)
+
+
+def parse_knob_args(pairs: list[str]) -> dict[str, KnobValue]:
+    """Turn CLI ``k=v`` pairs into a dict; types are settled later by :func:`check_knob`."""
+    knobs: dict[str, KnobValue] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--knob {pair!r}: write it as name=value, e.g. max_num_seqs=64")
+        knobs[key.strip()] = value.strip()
+    return knobs
+
+
+def value_key(value: KnobValue) -> str:
+    """How a value is spelled as a key of value_map, refused_values and value_warnings."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def fill(value: Any, subs: dict[str, KnobValue]) -> Any:
+    """Replace known placeholders in strings, deep; a string that is one placeholder keeps its type."""
+    if isinstance(value, str):
+        whole = PLACEHOLDER.fullmatch(value)
+        if whole is not None and whole.group(1) in subs:
+            return _sub(whole, subs)
+        return PLACEHOLDER.sub(lambda m: str(_sub(m, subs)) if m.group(1) in subs else m.group(0), value)
+    if isinstance(value, list):
+        return [fill(v, subs) for v in value]
+    if isinstance(value, dict):
+        return {k: fill(v, subs) for k, v in value.items()}
+    return value
+
+
+def _sub(match: re.Match[str], subs: dict[str, KnobValue]) -> KnobValue:
+    value = subs[match.group(1)]
+    if match.group(2) is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"placeholder {match.group(0)} adds to {match.group(1)}, which is not a whole number")
+    return value + int(match.group(2))
+
+
+def fill_values(backend: BackendSpec, checked: dict[str, KnobValue]) -> dict[str, KnobValue]:
+    """``{knob: value}`` of every knob that fills another: set, or its default."""
+    values: dict[str, KnobValue] = {}
+    for name, spec in backend.knobs.items():
+        if spec.fills is None:
+            continue
+        value = checked.get(name, spec.default)
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def check_fills(backend: BackendSpec, checked: dict[str, KnobValue], rendered: set[str]) -> None:
+    """Refuse a knob set for another one (``rendered``: knobs that render something) that is off."""
+    for name in checked:
+        target = backend.knobs[name].fills
+        if target is not None and target not in rendered:
+            raise KnobError(
+                f"backend {backend.name!r}, knob {name!r}: only takes effect with {target!r} set to a "
+                f"method; set {target} or drop {name}"
+            )
+
+
+def launch_warnings(backend: BackendSpec, active: dict[str, KnobValue]) -> list[str]:
+    """The framework's own warnings about the values in use, one line each."""
+    warnings = []
+    for name, value in active.items():
+        text = backend.knobs[name].value_warnings.get(value_key(value))
+        if text:
+            warnings.append(f"{backend.name}: {name}={value_key(value)}: {text}")
+    return warnings
+
+
+def draft_model_knob(backend: BackendSpec, knobs: dict[str, KnobValue]) -> str | None:
+    """The knob whose value needs a draft model (its native value names ``{draft_model}``), if any."""
+    for name, value in knobs.items():
+        spec = backend.knobs.get(name)
+        if spec is None:
+            continue
+        native = spec.value_map.get(value_key(check_knob(backend, name, value)))
+        if native is not None and DRAFT_PLACEHOLDER in json.dumps(native):
+            return name
+    return None

@@ -1,0 +1,263 @@
+"""How a cell's server comes up: one launcher per kind, chosen in one place.
+
+A cell's server is started by exactly one of these launchers, each a context manager
+that yields a ready :class:`~bakeoff.serving.process.ServerHandle` and the
+:class:`~bakeoff.serving.launch_render.RenderedLaunch` behind it, and tears down what it started on
+every exit path:
+
+========== ===============================================================================
+kind       what runs
+========== ===============================================================================
+process    the backend's command as a local process group (vLLM-CPU, llama.cpp)
+container  the backend's image under podman or docker (the GPU frameworks, vLLM-CPU image)
+rehearsal  the reference server in the backend's framework profile, standing in for the
+           container; the real container command is still rendered and recorded
+external   nothing: the server at ``url`` in the campaign (a hosted endpoint, a gateway)
+========== ===============================================================================
+
+:func:`launcher_kind` decides which; :data:`LAUNCHERS` maps a kind to its function, so a
+new kind is added here and nowhere else. Nothing here measures: :mod:`bakeoff.campaign.execute`
+drives the load once a handle is yielded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
+from bakeoff.models.model_source import ContainerModel, ModelSource
+from bakeoff.serving.backends import BackendSpec
+from bakeoff.serving.engine_env import interpreter
+from bakeoff.serving.launch_render import RenderedLaunch, render_launch
+from bakeoff.serving.process import ServerHandle, free_port, run_local_process
+
+if TYPE_CHECKING:
+    from bakeoff.serving.server_config import ServerConfig
+
+LauncherKind = Literal["process", "container", "rehearsal", "external"]
+
+# The reference server's pace in a rehearsal: fast enough that a GPU campaign's levels
+# finish in seconds, slow enough that every request streams many separate chunks.
+REHEARSAL_TTFT_MS = 20.0
+REHEARSAL_ITL_MS = 2.0
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What every launcher needs to start one cell's server."""
+
+    server: ServerConfig
+    backend: BackendSpec
+    source: ModelSource
+    served_name: str
+    run_dir: Path
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold the API key
+    draft_dir: Path | None = None  # the campaign's model.draft_path, for speculative decoding
+
+
+Started = Iterator[tuple[ServerHandle, RenderedLaunch]]
+Launcher = Callable[[LaunchContext], contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]]
+
+
+def launcher_kind(backend: BackendSpec, server: ServerConfig, *, rehearse: bool = False) -> LauncherKind:
+    """Which launcher starts this server; a rehearsal replaces only GPU containers."""
+    if server.url:
+        return "external"
+    if rehearse and backend.accelerator == "gpu":
+        if backend.rehearsal_profile is None:
+            raise SpecError(f"backend {backend.name!r} has no rehearsal_profile; it cannot be rehearsed")
+        return "rehearsal"
+    return "container" if backend.runtime == "container" else "process"
+
+
+@contextlib.contextmanager
+def _process(ctx: LaunchContext) -> Started:
+    backend = ctx.backend
+    model_dir = ctx.source.local_dir_or_raise()
+    model_arg = str(model_dir)
+    convert_s = None
+    if backend.model_format == "gguf":
+        from bakeoff.models.gguf import conversion_seconds, convert_to_gguf
+
+        gguf = convert_to_gguf(model_dir)
+        model_arg, convert_s = str(gguf), conversion_seconds(gguf)
+    port = free_port()
+    draft = {"draft_model": str(ctx.draft_dir)} if ctx.draft_dir is not None else {}
+    launch = render_launch(
+        backend,
+        ctx.server.knobs,
+        model=model_arg,
+        served_model_name=ctx.served_name,
+        port=port,
+        python=interpreter(backend),
+        **draft,
+    )
+    with run_local_process(
+        launch, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
+    ) as handle:
+        handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
+        yield handle, launch
+
+
+def _require_image(backend: BackendSpec) -> None:
+    assert backend.container is not None
+    if "${" in backend.container.image:
+        raise LaunchError(
+            f"{backend.name}: image {backend.container.image} names an unset variable; "
+            "export it (e.g. NGC_REGISTRY=<NVIDIA's container registry host>) and retry"
+        )
+
+
+@contextlib.contextmanager
+def _container(ctx: LaunchContext) -> Started:
+    from bakeoff.serving.containers import render_container_launch, run_container
+
+    backend = ctx.backend
+    assert backend.container is not None
+    _require_image(backend)
+    if backend.accelerator == "gpu":
+        from bakeoff.serving.gpu_checks import check_cuda_compat, query_nvidia_smi
+
+        # Before any pull: an image newer than the driver's CUDA fails only after minutes.
+        check_cuda_compat(backend, query_nvidia_smi())
+    source, engine_s = ctx.source, None
+    if backend.engine_build is not None:
+        from bakeoff.serving.engine_build import build_engine
+
+        # The engine flow serves a prebuilt engine: build (or reuse) it first, timed.
+        engine = build_engine(source.local_dir_or_raise(), backend, ctx.server.knobs)
+        source, engine_s = ModelSource(hf_id=None, local_dir=engine.path), engine.seconds
+    model = source.container_mount(backend.container.model_mount)
+    launch = render_container_launch(
+        backend, ctx.server.knobs, served_model_name=ctx.served_name, model_arg=model.model_arg
+    )
+    with run_container(
+        launch,
+        port=free_port(),
+        served_model_name=ctx.served_name,
+        model_dir=None,
+        run_dir=ctx.run_dir,
+        model=model,
+        headers=ctx.headers,
+        draft_dir=ctx.draft_dir,
+    ) as handle:
+        handle.extra["engine_build_s"] = engine_s
+        yield handle, launch
+
+
+def rehearsal_argv(profile: str, *, port: int, served_name: str, prefix_caching: bool = True) -> list[str]:
+    """The reference server in one framework's profile, at the rehearsal's pace.
+
+    Of the knobs, only ``prefix_caching`` changes what the wire shows (hits or none), so the
+    stand-in honours it; every other knob is rendered into the recorded command only.
+    """
+    return [
+        sys.executable, "-m", "bakeoff.ref.server",
+        "--profile", profile,
+        "--port", str(port),
+        "--model", served_name,
+        "--ttft-ms", str(REHEARSAL_TTFT_MS),
+        "--itl-ms", str(REHEARSAL_ITL_MS),
+        "--prefix-cache" if prefix_caching else "--no-prefix-cache",
+    ]  # fmt: skip
+
+
+def rehearsed_container_command(
+    launch: RenderedLaunch, model: ContainerModel, *, port: int, draft_dir: Path | None = None
+) -> str:
+    """The exact ``docker run`` a GPU host would execute for this launch (never run here)."""
+    from bakeoff.serving.containers import container_run_args
+
+    config = None
+    if launch.backend.config_file is not None:
+        config = Path("/path/to/run") / launch.backend.config_file.filename
+    args = container_run_args(
+        launch,
+        runtime="docker",
+        port=port,
+        model_dir=None,
+        name=f"bakeoff-{launch.backend.name}",
+        config_path=config,
+        model=model,
+        draft_dir=draft_dir,
+    )
+    return shlex.join(["docker", *args])
+
+
+@contextlib.contextmanager
+def _rehearsal(ctx: LaunchContext) -> Started:
+    """The reference server in the framework's wire profile instead of its GPU container.
+
+    Everything bakeoff itself does stays real: the container launch is rendered (and its
+    config file written) exactly as for a GPU host, the health probe, metric scrapes and
+    cache resets go to the backend's own paths, and the handle says ``rehearsal``.
+    """
+    from bakeoff.serving.containers import render_container_launch
+
+    backend = ctx.backend
+    assert backend.rehearsal_profile is not None and backend.container is not None
+    model = ctx.source.container_mount(backend.container.model_mount)
+    launch = render_container_launch(
+        backend, ctx.server.knobs, served_model_name=ctx.served_name, model_arg=model.model_arg
+    )
+    port = free_port()
+    command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir)
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    if launch.config_text is not None and backend.config_file is not None:
+        (ctx.run_dir / f"rehearsed-{backend.config_file.filename}").write_text(launch.config_text)
+    prefix_caching = launch.knobs.get("prefix_caching", True) is not False
+    argv = rehearsal_argv(
+        backend.rehearsal_profile, port=port, served_name=ctx.served_name, prefix_caching=prefix_caching
+    )
+    stand_in = RenderedLaunch(backend, argv, {}, None, launch.knobs, launch.non_default)
+    with run_local_process(
+        stand_in, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
+    ) as handle:
+        handle.extra.update({"rehearsal": True, "stand_in_command": handle.command_line, "engine_build_s": None})
+        handle.kind = "rehearsal"
+        handle.command_line = command
+        handle.image = backend.container.image if backend.container else None
+        yield handle, launch
+
+
+@contextlib.contextmanager
+def _external(ctx: LaunchContext) -> Started:
+    """A server bakeoff does not launch: check it answers and serves the model, then use it."""
+    from bakeoff.measure.control import check_server
+
+    url = str(ctx.server.url).rstrip("/")
+    try:
+        check_server(url, ctx.served_name, headers=dict(ctx.headers))
+    except ServerUnreachableError as exc:
+        raise LaunchError(f"server {ctx.server.label!r} (url {url}): {exc}") from exc
+    launch = RenderedLaunch(ctx.backend, [], {}, None, dict(ctx.server.knobs), {})
+    handle = ServerHandle(
+        base_url=url,
+        model=ctx.served_name,
+        log_path=ctx.run_dir / "server.log",
+        command_line=f"(external server at {url}; not launched by bakeoff)",
+        startup_s=0.0,
+        kind="external",
+    )
+    yield handle, launch
+
+
+LAUNCHERS: dict[LauncherKind, Launcher] = {
+    "process": _process,
+    "container": _container,
+    "rehearsal": _rehearsal,
+    "external": _external,
+}
+
+
+def start_server(
+    ctx: LaunchContext, *, rehearse: bool = False
+) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+    """Start ``ctx``'s server with the launcher its kind needs."""
+    return LAUNCHERS[launcher_kind(ctx.backend, ctx.server, rehearse=rehearse)](ctx)

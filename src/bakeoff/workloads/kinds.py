@@ -1,0 +1,328 @@
+"""The workload kinds a campaign can run: each one whole, in one class.
+
+A kind is one pydantic model: a closed-loop concurrency sweep, open-loop rates,
+multi-turn conversations over a shared prefix, long prompts mixed into interactive
+traffic, and a production trace replay. Each owns what differs between kinds:
+
+- its fields, as the user writes them (unknown keys fail loudly, naming the field);
+- ``plans(builder)``: its request plans and their mode (closed, open, sessions), made
+  with the prompt helpers of :class:`bakeoff.workloads.plan_store.PlanBuilder`;
+- ``cost()``: requests, sequential decode steps and scheduled seconds, for estimates;
+- ``longest_request()``: prompt + output tokens, checked against each server's context;
+- ``for_rehearsal()``: the same shape, scaled down for a rehearsal.
+
+Adding a kind is a class here and its name in :data:`Workload`; what kinds share is
+:mod:`bakeoff.workloads.base`, the campaign around the workloads :mod:`bakeoff.campaign.specs`.
+Planning helpers are imported where they are used: :mod:`bakeoff.workloads.plan_store`
+and the trace modules read these models, so importing them at the top would be circular.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from bakeoff.workloads.base import Endpoint, SampledLengths, WorkloadBase, WorkloadCost
+from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, rehearsal_length
+from bakeoff.workloads.plans import PlanBuilder, PlannedRequest, RunPlan, SessionPlan, arrival_times, at_arrival, retime
+from bakeoff.workloads.traces.loading import load_trace
+from bakeoff.workloads.traces.plan import plan_trace
+from bakeoff.workloads.traces.spec import TraceSpec
+
+
+class ConcurrencySweep(SampledLengths):
+    """Closed loop: each level keeps exactly N requests in flight, measured in its steady state.
+
+    The first N starts are spread over ``ramp_s`` (no lock-step waves). A level sends
+    ``requests_for(N)`` requests; with ``min_duration_s`` it goes on (from a reserve planned
+    for it) until its steady-state window also lasts that long, or ``duration_s`` passes.
+    The window must hold ``requests_for(N) - 2N`` requests (at least N): the ramp and the
+    tail cost about N each (:mod:`bakeoff.measure.window`); a level short of that is flagged.
+    """
+
+    kind: Literal["concurrency"] = "concurrency"
+    levels: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)]
+    requests_per_level: Annotated[int, Field(gt=0)] | None = None
+    requests_per_slot: Annotated[int, Field(gt=0)] = Field(
+        default=10, description="requests per level = this x concurrency, unless requests_per_level is set"
+    )
+    min_duration_s: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="steady-state window length per level, at least (0: the request count decides)"
+    )
+    ramp_s: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="spread the first N starts over this long; default: one warm-up request's E2E"
+    )
+    duration_s: Annotated[float, Field(gt=0)] | None = Field(default=None, description="stop each level after this")
+
+    def requests_for(self, concurrency: int) -> int:
+        """Requests per level (ten per slot by default: the window keeps eight after ramp and tail)."""
+        return self.requests_per_level or self.requests_per_slot * concurrency
+
+    def window_requests(self, concurrency: int) -> int:
+        """Requests the steady-state window must hold: the level's, less a ramp and a tail."""
+        return max(self.requests_for(concurrency) - 2 * concurrency, concurrency)
+
+    def pool(self, concurrency: int) -> int:
+        """Requests planned for one level: its count, or a reserve for a minimum duration.
+
+        A minimum duration (or a duration cap) needs more than the count when requests are
+        fast; four times it is planned then, and the level stops once its window has enough.
+        Every planned request is distinct: re-sending one would hit the prefix cache.
+        """
+        need = self.requests_for(concurrency)
+        if self.min_duration_s > 0 or self.duration_s is not None:
+            need = max(4 * need, 64 * concurrency)
+        return need
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+
+        plans = []
+        for level in self.levels:
+            warm = builder.sampled(rng, self, self.warmup_requests, 0)
+            plans.append(
+                RunPlan(
+                    f"c{level}",
+                    "closed",
+                    spec,
+                    concurrency=level,
+                    duration_s=self.duration_s,
+                    min_requests=self.window_requests(level),
+                    min_duration_s=self.min_duration_s,
+                    ramp_s=self.ramp_s,
+                    warmup=warm,
+                    requests=builder.sampled(rng, self, self.pool(level), len(warm)),
+                )
+            )
+        return plans
+
+    def cost(self) -> WorkloadCost:
+        count, steps, fixed = 0, 0.0, 0.0
+        for level in self.levels:
+            n = self.requests_for(level) + self.warmup_requests
+            count += n
+            if self.duration_s is None:
+                steps += math.ceil(n / level) * (self.output_len.mean + 8)
+            else:
+                fixed += self.duration_s
+        return WorkloadCost(count, steps, fixed)
+
+    def for_rehearsal(self) -> ConcurrencySweep:
+        # One request per slot: every level still reaches its concurrency.
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "requests_per_level": None,
+                "requests_per_slot": 1,
+                "duration_s": None,
+                "min_duration_s": 0.0,
+                "output_len": rehearsal_length(self.output_len),
+            }
+        )
+
+
+class OpenLoop(SampledLengths):
+    """Open loop: arrivals at a given rate regardless of completions, so queueing shows."""
+
+    kind: Literal["open_loop"] = "open_loop"
+    rates: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)]
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: Annotated[float, Field(gt=0)] = 1.0
+    requests_per_rate: Annotated[int, Field(gt=0)] = 64
+    max_concurrency: Annotated[int, Field(gt=0)] | None = None
+    slo_search: bool = Field(default=False, description="then search the highest rate meeting the SLO")
+    search_steps: Annotated[int, Field(ge=1, le=12)] = 4
+    search_tolerance: Annotated[float, Field(gt=0)] = 0.15
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+
+        plans = []
+        for index, rate in enumerate(self.rates):
+            warm = builder.sampled(rng, self, self.warmup_requests, 0)
+            reqs = builder.sampled(rng, self, self.requests_per_rate, len(warm))
+            times = arrival_times(len(reqs), rate, self.arrival, self.burstiness, self.seed + index)
+            plans.append(
+                RunPlan(
+                    f"r{rate:g}",
+                    "open",
+                    spec,
+                    rate=rate,
+                    concurrency=self.max_concurrency,
+                    warmup=warm,
+                    requests=retime(reqs, times),
+                )
+            )
+        return plans
+
+    def cost(self) -> WorkloadCost:
+        runs = len(self.rates) + (self.search_steps if self.slo_search else 0)
+        n = self.requests_per_rate + self.warmup_requests
+        searched = self.search_steps * n / min(self.rates) if self.slo_search else 0.0
+        return WorkloadCost(runs * n, runs * (self.output_len.mean + 8), sum(n / r for r in self.rates) + searched)
+
+    def for_rehearsal(self) -> OpenLoop:
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "requests_per_rate": min(self.requests_per_rate, 12),
+                "search_steps": 1,
+                "output_len": rehearsal_length(self.output_len),
+            }
+        )
+
+
+class MultiTurn(WorkloadBase):
+    """Conversations sharing one system prompt; each turn appends the real assistant reply."""
+
+    kind: Literal["multi_turn"] = "multi_turn"
+    endpoint: Endpoint = "chat"
+    conversations: Annotated[int, Field(gt=0)] = 8
+    turns: Annotated[int, Field(gt=0)] = 4
+    system_prompt_len: Annotated[int, Field(gt=0)] = 1024
+    user_len: Annotated[int, Field(gt=0)] = 64
+    output_len: Annotated[int, Field(gt=0)] = 32
+    concurrency: Annotated[int, Field(gt=0)] = 4
+    think_time_s: Annotated[float, Field(ge=0)] = 0.0
+    warmup_requests: Annotated[int, Field(ge=0)] = 0
+    verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+
+        system = builder.prompts.text(self.system_prompt_len, rng)
+        sessions = [
+            SessionPlan(
+                session_id=i,
+                system_prompt=system,
+                user_turns=[builder.prompts.text(self.user_len, rng) for _ in range(self.turns)],
+                user_tokens=self.user_len,
+                output_len=self.output_len,
+                think_time_s=self.think_time_s,
+            )
+            for i in range(self.conversations)
+        ]
+        plan = RunPlan(
+            "sessions",
+            "sessions",
+            spec,
+            concurrency=self.concurrency,
+            sessions=sessions,
+            system_prompt_tokens=self.system_prompt_len,
+        )
+        return [plan]
+
+    def cost(self) -> WorkloadCost:
+        n = self.conversations * self.turns + self.warmup_requests
+        think = self.think_time_s * self.turns * math.ceil(self.conversations / self.concurrency)
+        return WorkloadCost(n, math.ceil(n / self.concurrency) * (self.output_len + 8), think)
+
+    def longest_request(self) -> int:
+        # Chat templates add a few tokens per message; 8 per message is a safe allowance.
+        per_turn = self.user_len + self.output_len + 16
+        return self.system_prompt_len + 8 + self.turns * per_turn
+
+    def for_rehearsal(self) -> MultiTurn:
+        return self.model_copy(
+            update={
+                "conversations": min(self.conversations, 4),
+                "turns": min(self.turns, 3),
+                "concurrency": min(self.concurrency, 4),
+                "think_time_s": 0.0,
+                "output_len": min(self.output_len, REHEARSAL_MAX_OUTPUT),
+            }
+        )
+
+
+class LongPromptMix(WorkloadBase):
+    """Short interactive requests at a steady rate with long prompts arriving among them."""
+
+    kind: Literal["long_prompt_mix"] = "long_prompt_mix"
+    short_rate: Annotated[float, Field(gt=0)] = 2.0
+    short_requests: Annotated[int, Field(gt=0)] = 40
+    short_input_len: Annotated[int, Field(gt=0)] = 64
+    short_output_len: Annotated[int, Field(gt=0)] = 32
+    long_every: Annotated[int, Field(gt=0)] = 8
+    long_input_len: Annotated[int, Field(gt=0)] = 8000
+    long_output_len: Annotated[int, Field(gt=0)] = 8
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+
+        times = arrival_times(self.short_requests, self.short_rate, "constant", 1.0, self.seed)
+        requests: list[PlannedRequest] = []
+        for i, at in enumerate(times):
+            short = builder.request(rng, len(requests), self, self.short_input_len, self.short_output_len, "short")
+            requests.append(at_arrival(short, at))
+            if (i + 1) % self.long_every == 0:
+                # Lands half-way between two short arrivals, so it overlaps the next ones.
+                long = builder.request(rng, len(requests), self, self.long_input_len, self.long_output_len, "long")
+                requests.append(at_arrival(long, at + 0.5 / self.short_rate))
+        warm = [
+            builder.request(rng, -1 - i, self, self.short_input_len, self.short_output_len, "short")
+            for i in range(self.warmup_requests)
+        ]
+        return [RunPlan("mix", "open", spec, rate=self.short_rate, warmup=warm, requests=requests)]
+
+    def cost(self) -> WorkloadCost:
+        n = self.short_requests + self.short_requests // self.long_every + self.warmup_requests
+        return WorkloadCost(n, self.long_output_len + self.short_output_len, self.short_requests / self.short_rate)
+
+    def longest_request(self) -> int:
+        return max(self.long_input_len + self.long_output_len, self.short_input_len + self.short_output_len)
+
+    def for_rehearsal(self) -> LongPromptMix:
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "short_requests": min(self.short_requests, 16),
+                "short_output_len": min(self.short_output_len, REHEARSAL_MAX_OUTPUT),
+                "long_output_len": min(self.long_output_len, REHEARSAL_MAX_OUTPUT),
+            }
+        )
+
+
+class Trace(TraceSpec):
+    """Replay a production trace open loop: its arrivals (scaled), lengths and shared prefixes."""
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+
+        planned = plan_trace(self, builder.prompts, builder.context_limit)
+        requests = [
+            builder.with_text(i, self, text, row.prompt_tokens, row.output_tokens, group, at)
+            for i, (row, text, group, at) in enumerate(
+                zip(planned.rows, planned.texts, planned.classes, planned.arrivals_s, strict=True)
+            )
+        ]
+        # Warm-up takes the first rows' lengths with fresh text: it must not warm the trace's prefixes.
+        warm = [
+            builder.request(rng, -1 - i, self, row.prompt_tokens, row.output_tokens)
+            for i, row in enumerate(planned.rows[: self.warmup_requests])
+        ]
+        plan = RunPlan(
+            "trace",
+            "open",
+            spec,
+            rate=planned.info["offered_rate"],
+            concurrency=self.max_concurrency,
+            warmup=warm,
+            requests=requests,
+            block_size=planned.block_size,
+            request_blocks=[list(row.blocks) for row in planned.rows],
+            trace=planned.info,
+        )
+        return [plan]
+
+    def cost(self) -> WorkloadCost:
+
+        rows = load_trace(self).rows
+        # Open loop: the scaled schedule's span, then the longest request still decoding at its end.
+        return WorkloadCost(
+            len(rows) + self.warmup_requests, max(r.output_tokens for r in rows) + 8, rows[-1].at_s * self.time_scale
+        )
+
+    def longest_request(self) -> int:
+
+        return max(row.prompt_tokens + row.output_tokens for row in load_trace(self).rows)
+
+
+Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace, Field(discriminator="kind")]
