@@ -9,17 +9,24 @@ better on one; the front is what a team chooses along, whatever framework it com
 
 GPUs per server: ``tensor_parallel_size`` (default 1) times ``data_parallel_size`` when
 a backend exposes it; a CPU server is one machine.
+
+Where runs measured energy, the same front can be drawn with energy efficiency as y
+(``axis="energy"``: output tokens per joule over the measured window, from the energy
+counters; :mod:`bakeoff.observe.energy`), the cost axis that needs no price list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
 X = "tok_s_per_user"
 Y = "tok_s_per_unit"
+Axis = Literal["throughput", "energy"]
+# y of each axis: the frame column it comes from, and whether it is shared over the server's GPUs.
+_Y_SOURCE: dict[str, tuple[str, bool]] = {"throughput": ("output_tok_s", True), "energy": ("output_tok_per_j", False)}
 
 
 def units(knobs: Mapping[str, Any], gpu: bool) -> int:
@@ -29,14 +36,18 @@ def units(knobs: Mapping[str, Any], gpu: bool) -> int:
     return int(knobs.get("tensor_parallel_size") or 1) * int(knobs.get("data_parallel_size") or 1)
 
 
-def points(frame: pd.DataFrame, server_units: Mapping[str, int]) -> pd.DataFrame:
-    """One point per run with both axes known: workload, server, run, level, x, y."""
-    needed = {"workload", "server", "run", "output_tok_s", "tok_s_per_user_p50"}
+def points(frame: pd.DataFrame, server_units: Mapping[str, int], axis: Axis = "throughput") -> pd.DataFrame:
+    """One point per run with both axes known: workload, server, run, level, x, y.
+
+    ``axis``: y is output tok/s per GPU (``throughput``) or output tokens per joule (``energy``).
+    """
+    column, per_unit = _Y_SOURCE[axis]
+    needed = {"workload", "server", "run", column, "tok_s_per_user_p50"}
     if frame.empty or not needed <= set(frame.columns):
         return pd.DataFrame(columns=["workload", "server", "run", "level", X, Y])
-    data = frame[frame["output_tok_s"].notna() & frame["tok_s_per_user_p50"].notna()]
+    data = frame[frame[column].notna() & frame["tok_s_per_user_p50"].notna()]
     level = data["concurrency"].where(data["concurrency"].notna(), data["rate"])
-    per = data["server"].map(lambda s: server_units.get(s, 1)).astype(float)
+    per = data["server"].map(lambda s: server_units.get(s, 1) if per_unit else 1).astype(float)
     out = pd.DataFrame(
         {
             "workload": data["workload"],
@@ -44,7 +55,7 @@ def points(frame: pd.DataFrame, server_units: Mapping[str, int]) -> pd.DataFrame
             "run": data["run"],
             "level": level,
             X: data["tok_s_per_user_p50"].astype(float),
-            Y: data["output_tok_s"].astype(float) / per,
+            Y: data[column].astype(float) / per,
         }
     )
     # Repeats of a level are one point: their median on each axis.
@@ -65,7 +76,7 @@ def front(pts: pd.DataFrame) -> pd.DataFrame:
     return pts[keep].sort_values(X).reset_index(drop=True)
 
 
-def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: str) -> Any:
+def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: str, axis: Axis = "throughput") -> Any:
     """Every server's points on the same axes, levels joined per server, the front drawn over them."""
     import matplotlib.pyplot as plt
     import seaborn as sns
@@ -82,8 +93,12 @@ def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: s
         ax.step(best[X], best[Y], where="pre", color="black", linewidth=1.2, linestyle="--", label="Pareto front")
         ax.scatter(best[X], best[Y], s=90, facecolors="none", edgecolors="black", zorder=3)
     ax.set_xlabel("interactivity: output tok/s per user (P50)")
-    ax.set_ylabel(f"throughput: output tok/s per {unit}")
-    ax.set_title(f"{workload}: throughput vs interactivity (labels: concurrency or rate)")
+    if axis == "energy":
+        ax.set_ylabel("energy efficiency: output tokens per joule")
+        ax.set_title(f"{workload}: energy efficiency vs interactivity (labels: concurrency or rate)")
+    else:
+        ax.set_ylabel(f"throughput: output tok/s per {unit}")
+        ax.set_title(f"{workload}: throughput vs interactivity (labels: concurrency or rate)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

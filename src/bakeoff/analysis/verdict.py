@@ -65,7 +65,7 @@ def campaign_slo(campaign_dir: Path) -> Slo:
 
 
 def _bounded(slo: Slo) -> bool:
-    return any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
+    return any(v is not None for v in (slo.ttft_ms, slo.ttfa_ms, slo.tpot_ms, slo.e2e_ms))
 
 
 def _load(summary: RunSummary) -> tuple[str, float] | None:
@@ -153,6 +153,21 @@ _FIGURES: tuple[tuple[str, str, str | None], ...] = (
     ("TPOT P50 ms", "tpot_ms", "p50"),
     ("TPOT P99 ms", "tpot_ms", "p99"),
 )
+# Shown where some run has them: a reasoning model's answer latency, and measured energy.
+_REASONING_FIGURES: tuple[tuple[str, str, str | None], ...] = (
+    ("TTFA P50 ms", "ttfa_ms", "p50"),
+    ("TTFA P99 ms", "ttfa_ms", "p99"),
+)
+_ENERGY_FIGURES: tuple[tuple[str, str, str | None], ...] = (("J / output token", "j_per_output_token", None),)
+
+
+def _figures(summaries: list[RunSummary]) -> tuple[tuple[str, str, str | None], ...]:
+    figures = _FIGURES
+    if any(s.tokens.reasoning for s in summaries):
+        figures += _REASONING_FIGURES
+    if any(s.energy is not None and s.energy.joules is not None for s in summaries):
+        figures += _ENERGY_FIGURES
+    return figures
 
 
 def _load_text(axis: str, load: float | None) -> str:
@@ -165,9 +180,8 @@ def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
     """The verdict section: one block per workload, each figure with its interval and n."""
     if not found:
         return "No sweep (concurrency levels or request rates) to judge: no verdict."
-    bounds = ", ".join(
-        f"{k} ≤ {v:g}" for k, v in (("TTFT ms", slo.ttft_ms), ("TPOT ms", slo.tpot_ms), ("E2E ms", slo.e2e_ms)) if v
-    )
+    named = (("TTFT ms", slo.ttft_ms), ("TTFA ms", slo.ttfa_ms), ("TPOT ms", slo.tpot_ms), ("E2E ms", slo.e2e_ms))
+    bounds = ", ".join(f"{k} ≤ {v:g}" for k, v in named if v)
     lines = [
         f"SLO: {bounds or 'none set (every request must succeed)'}, judged on nearest-rank P99 per run, every "
         "repeat. Figures: mean over repeats [95% bootstrap interval] (n = repeats); a difference is a win only "
@@ -194,10 +208,11 @@ def figures_table(campaign_dir: Path) -> list[dict[str, object]]:
     """Rows (workload, server, run) x every headline figure as 'mean [lo, hi] (n)' or why it is unsupported."""
     rows: list[dict[str, object]] = []
     for wl, (axis, runs) in sorted(collect(campaign_dir).items()):
+        figures = _figures([s for by_load in runs.values() for reps in by_load.values() for s in reps])
         for server, by_load in sorted(runs.items()):
             for load, repeats in sorted(by_load.items()):
                 row: dict[str, object] = {"workload": wl, "server": server, axis: load}
-                for label, metric, stat in _FIGURES:
+                for label, metric, stat in figures:
                     row[label] = estimate(repeats, metric, stat).text(1)  # type: ignore[arg-type]
                 rows.append(row)
     return rows

@@ -24,7 +24,7 @@ from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.history.archive import archive_after_run
 from bakeoff.measure.client import ClientSettings, TokenCounter
-from bakeoff.measure.metrics import cost_per_million_tokens
+from bakeoff.measure.metrics import cost_per_million_tokens, energy_cost_per_million_tokens
 from bakeoff.measure.slo import Slo, resolve_slo, search_max_rate
 from bakeoff.models.model_source import ModelSource, resolve_model
 from bakeoff.notebook import kernelrun
@@ -147,7 +147,7 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
     finally:
         info["effort"] = effort
         write_json(cell_dir / CELL_INFO, info)
-        _attach(cell_dir, effort, cell.server.cost_per_hour_usd)
+        _attach(cell_dir, effort, cell.server.cost_per_hour_usd, spec.energy_usd_per_kwh)
     return summaries
 
 
@@ -242,14 +242,17 @@ def _time_restart(cell: Cell, source: ModelSource, served_name: str, cell_dir: P
         return None
 
 
-def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None) -> None:
-    """Add the cell's effort (and cost) to every run summary of the cell."""
+def _attach(cell_dir: Path, effort: dict[str, Any], cost_per_hour: float | None, usd_per_kwh: float | None) -> None:
+    """Add the cell's effort (and cost, energy's included at the campaign's price) to every run summary of the cell."""
     public = Effort.model_validate({k: v for k, v in effort.items() if k != "server"})
     for path in sorted((cell_dir / "runs").glob(f"*/{SUMMARY}")):
         summary = read_summary(path)
+        per_token = summary.energy.j_per_output_token if summary.energy is not None else None
         cost = Cost(
             usd_per_hour=cost_per_hour,
             usd_per_million_output_tokens=cost_per_million_tokens(cost_per_hour, summary.throughput.output_tok_s),
+            energy_usd_per_kwh=usd_per_kwh,
+            energy_usd_per_million_output_tokens=energy_cost_per_million_tokens(per_token, usd_per_kwh),
         )
         write_summary(path, summary.model_copy(update={"effort": public, "cost": cost}))
 

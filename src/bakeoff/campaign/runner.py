@@ -23,10 +23,11 @@ from bakeoff.analysis.roofline import bandwidth
 from bakeoff.errors import ServerDiedError
 from bakeoff.measure.client import ClientSettings, StreamingClient
 from bakeoff.measure.loadgen import run_plan
-from bakeoff.measure.metrics import WindowTargets, summarize
+from bakeoff.measure.metrics import WindowTargets, summarize, window_bounds
 from bakeoff.measure.multiload import Spreader
 from bakeoff.measure.slo import Slo, run_meets_slo
 from bakeoff.observe import origin
+from bakeoff.observe.energy import EnergyMeter, energy_meter
 from bakeoff.observe.telemetry import (
     CacheReset,
     Snapshot,
@@ -55,7 +56,15 @@ from bakeoff.results.store import (
     write_records,
     write_summary,
 )
-from bakeoff.results.summary import CacheResetResult, PrefixCache, Provenance, RunSummary, ServerDied, WorkloadInfo
+from bakeoff.results.summary import (
+    CacheResetResult,
+    Energy,
+    PrefixCache,
+    Provenance,
+    RunSummary,
+    ServerDied,
+    WorkloadInfo,
+)
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.death_watch import DeathWatch, url_watch
 from bakeoff.workloads.plans import RunPlan, designed_reuse
@@ -164,6 +173,12 @@ def execute_plan(
     cache = cache_state if cache_state is not None else empty_cache(target)
     snapshots: dict[str, Snapshot] = {}
     probes, telemetry_notes = probes_for(base_url, backend, pid=target.server_pid, headers=target.headers)
+    # Energy from cumulative counters, read with the telemetry and cut to the measured window after.
+    meter, energy_note = energy_meter(backend.accelerator if backend is not None else "cpu")
+    if meter is not None:
+        probes.append(meter)
+    else:
+        telemetry_notes.append(energy_note)
     sampler = Sampler(probes, target.telemetry_interval_s)
 
     def measure_start() -> None:
@@ -194,6 +209,7 @@ def execute_plan(
     records = read_journal(run_dir / RECORDS_JOURNAL)
     write_records(run_dir / RECORDS_PARQUET, records)
     measured = summarize(records, target.slo, WindowTargets(plan.min_requests, plan.min_duration_s))
+    energy = _energy(meter, energy_note, records, measured)
     finished = dt.datetime.now(dt.UTC).isoformat()
     slo = measured.slo
     if slo is not None and target.slo is not None:
@@ -225,6 +241,7 @@ def execute_plan(
             "trace": plan.trace or None,
             "provenance": provenance(target, started, finished),
             "client": spreader.result,
+            "energy": energy,
             "telemetry_series": {SERIES_KEY: SERIES_FILE} if series else {},
         }
     )
@@ -268,6 +285,17 @@ def execute_plan(
         verdict = summary.server_died.model_dump() if summary.server_died else {}
         raise ServerDiedError(f"{died.message(base_url)}; results in {run_dir}", verdict)
     return summary
+
+
+def _energy(meter: EnergyMeter | None, note: str, records: list[RequestRecord], measured: RunSummary) -> Energy:
+    """Energy over the window the throughput is measured over, for the tokens that arrived in it."""
+    bounds = window_bounds(records)
+    if meter is None:
+        return Energy(reason=note)
+    if bounds is None:
+        return Energy(source=meter.source, reason="no measured request: no window to read energy over")
+    tokens = measured.throughput.output_tok_s * measured.throughput.window_s
+    return meter.window(bounds.start_ns, bounds.end_ns, tokens)
 
 
 def _bandwidth_json(target: RunTarget) -> dict[str, Any] | None:

@@ -56,6 +56,9 @@ class CampaignSpec(Strict):
         "favours no server; false: each cell's repeats back to back. Every repeat starts its server afresh",
     )
     start_attempts: Annotated[int, Field(ge=1, le=5)] = Field(default=2, description="tries per server start")
+    energy_usd_per_kwh: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="electricity price: adds measured energy's cost per million output tokens"
+    )
     memory_bandwidth_gbs: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="memory bandwidth (GB/s) for the decode roofline; default: GPU preset or measured"
     )
@@ -84,7 +87,7 @@ class CampaignSpec(Strict):
 
     @model_validator(mode="after")
     def _slo_for_search(self) -> CampaignSpec:
-        bounded = self.slo.preset or self.slo.ttft_ms or self.slo.tpot_ms or self.slo.e2e_ms
+        bounded = self.slo.preset or self.slo.ttft_ms or self.slo.ttfa_ms or self.slo.tpot_ms or self.slo.e2e_ms
         for i, wl in enumerate(self.workloads):
             if isinstance(wl, OpenLoop) and wl.slo_search and not bounded:
                 raise ValueError(f"workloads[{i}].slo_search needs an slo: set slo.preset or its bounds")

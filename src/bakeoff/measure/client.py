@@ -9,6 +9,11 @@ times the CPU per chunk, which at a few hundred streams is what limits a measure
 Everything derived (token shares per chunk, fallback token counts) happens after the
 stream ends. Connections are kept alive and reused. Failures never raise out of
 :meth:`StreamingClient.send`: they become records with an ``error_kind``.
+
+A reasoning model's thinking (its own delta field) is a chunk like any other, marked
+``REASONING`` in ``chunk_phase``; ``output_text`` holds the answer alone. Reasoning tokens
+come from the server's usage where it counts them, else from the tokenizer on the thinking
+text, else from the chunks' share of the completion tokens (``reasoning_source`` says which).
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from bakeoff.errors import SpecError
 from bakeoff.measure.auth import check_headers
 from bakeoff.measure.control import tls_context
 from bakeoff.measure.http1 import HttpProtocolError, ResponseParser
-from bakeoff.measure.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, split_tokens
-from bakeoff.results.records import ErrorKind, RequestRecord
+from bakeoff.measure.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, reasoning_tokens_of, split_tokens
+from bakeoff.results.records import ANSWER, REASONING, ErrorKind, RequestRecord, UsageSource
 from bakeoff.workloads.plans import PlannedRequest
 
 TokenCounter = Callable[[str], int]
@@ -103,14 +108,26 @@ class _Stream:
     event that may be an error object is parsed at once, to stop the request there.
     """
 
-    __slots__ = ("decoder", "done", "error_body", "event_ns", "events", "last_ns", "record", "texts", "usage")
+    __slots__ = (
+        "decoder",
+        "done",
+        "error_body",
+        "event_ns",
+        "events",
+        "last_ns",
+        "phases",
+        "record",
+        "texts",
+        "usage",
+    )
 
     def __init__(self, record: RequestRecord) -> None:
         self.record = record
         self.decoder = SSEDecoder()
         self.events: list[bytes] = []
         self.event_ns: list[int] = []
-        self.texts: list[str] = []
+        self.texts: list[str] = []  # one per chunk entry, reasoning and answer alike
+        self.phases: list[int] = []  # the phase of each entry of texts
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.error_body = b""
@@ -151,11 +168,11 @@ class _Stream:
             info = read_chunk(payload)
             if info.error is not None:
                 return info.error
+            # A delta with both (the end of the thinking) is two entries: reasoning first.
+            if info.reasoning is not None:
+                self._chunk(now, info.reasoning, REASONING)
             if info.text is not None:
-                if record.first_token_ns == 0:
-                    record.first_token_ns = now
-                record.chunk_ns.append(now)
-                self.texts.append(info.text)
+                self._chunk(now, info.text, ANSWER)
             if info.finish_reason is not None:
                 record.finish_reason = info.finish_reason
             if info.usage is not None:
@@ -163,6 +180,25 @@ class _Stream:
         self.events.clear()
         self.event_ns.clear()
         return None
+
+    def _chunk(self, now: int, text: str, phase: int) -> None:
+        record = self.record
+        if record.first_token_ns == 0:
+            record.first_token_ns = now
+        record.chunk_ns.append(now)
+        self.texts.append(text)
+        self.phases.append(phase)
+
+    def answer_text(self) -> str:
+        return "".join(t for t, p in zip(self.texts, self.phases, strict=True) if p == ANSWER)
+
+    def keep_partial(self, record: RequestRecord) -> None:
+        """What a failed stream showed before it failed: answer text, chunk sizes, phases."""
+        if self.texts:
+            record.output_text = self.answer_text()
+            record.chunk_chars = [len(t) for t in self.texts]
+            if REASONING in self.phases:
+                record.chunk_phase = list(self.phases)
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -414,10 +450,10 @@ class StreamingClient:
                         conn = None
                         continue
                     stream.replay()  # what arrived before the failure is kept
-                    return _fail(record, failure.kind, str(failure), stream.texts)
+                    return _fail(record, failure.kind, str(failure), stream)
         except asyncio.CancelledError:
             stream.replay()
-            _fail(record, "cancelled", "run interrupted", stream.texts)
+            _fail(record, "cancelled", "run interrupted", stream)
             if conn is not None:
                 conn.close()
             raise
@@ -433,12 +469,14 @@ class StreamingClient:
         if error is not None:
             return _fail(record, "protocol", error)
         if not stream.done and record.finish_reason is None:
-            return _fail(record, "stream_cut", "stream ended without finish_reason or [DONE]", stream.texts)
-        self._finish(record, stream.texts, stream.usage)
+            return _fail(record, "stream_cut", "stream ended without finish_reason or [DONE]", stream)
+        self._finish(record, stream, stream.usage)
         return record
 
-    def _finish(self, record: RequestRecord, texts: list[str], usage: dict[str, Any] | None) -> None:
-        record.output_text = "".join(texts)
+    def _finish(self, record: RequestRecord, stream: _Stream, usage: dict[str, Any] | None) -> None:
+        texts, phases = stream.texts, stream.phases
+        reasons = REASONING in phases
+        record.output_text = stream.answer_text() if reasons else "".join(texts)
         record.chunk_chars = [len(t) for t in texts]
         count = self.settings.count_tokens
         if usage is not None and usage.get("completion_tokens") is not None:
@@ -447,7 +485,7 @@ class StreamingClient:
             record.cached_tokens = cached_tokens_of(usage)
             record.usage_source = "server"
         elif count is not None:
-            record.completion_tokens = count(record.output_text)
+            record.completion_tokens = count("".join(texts))
             record.usage_source = "tokenizer"
         else:
             record.completion_tokens = len(texts)
@@ -456,7 +494,46 @@ class StreamingClient:
             weights = [count(t) for t in texts]
         else:
             weights = record.chunk_chars
-        record.chunk_tokens = split_tokens(record.completion_tokens, weights)
+        if not reasons:
+            record.chunk_tokens = split_tokens(record.completion_tokens, weights)
+            return
+        record.chunk_phase = list(phases)
+        counted, source = _reasoning_count(usage, texts, phases, count)
+        if counted is None:
+            # Nobody counted the thinking: its chunks' share of the completion tokens.
+            record.chunk_tokens = split_tokens(record.completion_tokens, weights)
+            counted = sum(t for t, p in zip(record.chunk_tokens, phases, strict=True) if p == REASONING)
+        else:
+            # Each phase's own count spread over its own chunks, so the phases sum exactly.
+            counted = min(counted, record.completion_tokens)
+            record.chunk_tokens = _split_by_phase(counted, record.completion_tokens - counted, weights, phases)
+        record.reasoning_tokens = counted
+        record.reasoning_source = source
+
+
+def _reasoning_count(
+    usage: dict[str, Any] | None, texts: list[str], phases: list[int], count: TokenCounter | None
+) -> tuple[int | None, UsageSource]:
+    """Reasoning tokens from the server's usage, else the tokenizer; (None, "chunks") when neither can say.
+
+    SGLang's ``usage.reasoning_tokens`` is 0 by default: 0 beside chunks that carried
+    reasoning is not a count.
+    """
+    server = reasoning_tokens_of(usage) if usage is not None else None
+    if server:
+        return server, "server"
+    if count is not None:
+        return count("".join(t for t, p in zip(texts, phases, strict=True) if p == REASONING)), "tokenizer"
+    return None, "chunks"
+
+
+def _split_by_phase(reasoning: int, answer: int, weights: list[int], phases: list[int]) -> list[int]:
+    shares = [0] * len(weights)
+    for phase, total in ((REASONING, reasoning), (ANSWER, answer)):
+        where = [i for i, p in enumerate(phases) if p == phase]
+        for i, share in zip(where, split_tokens(total, [weights[i] for i in where]), strict=True):
+            shares[i] = share
+    return shares
 
 
 def _connect_message(pool: _Pool, exc: BaseException) -> str:
@@ -465,11 +542,10 @@ def _connect_message(pool: _Pool, exc: BaseException) -> str:
     return f"cannot connect to {pool.host}:{pool.port}: {exc}"
 
 
-def _fail(record: RequestRecord, kind: ErrorKind, message: str, texts: list[str] | None = None) -> RequestRecord:
+def _fail(record: RequestRecord, kind: ErrorKind, message: str, stream: _Stream | None = None) -> RequestRecord:
     record.end_ns = _perf_ns()
     record.error_kind = kind
     record.error = message[:1000]
-    if texts:
-        record.output_text = "".join(texts)
-        record.chunk_chars = [len(t) for t in texts]
+    if stream is not None:
+        stream.keep_partial(record)
     return record

@@ -35,6 +35,7 @@ from bakeoff.results.metric_table import (
     nearest_rank,
     stats,
     tpot_ms,
+    ttfa_ms,
     ttfb_ms,
     ttft_ms,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "NS_PER_MS",
     "cost_per_million_tokens",
     "e2e_ms",
+    "energy_cost_per_million_tokens",
     "itl_ms",
     "itl_per_token_ms",
     "latency_block",
@@ -68,8 +70,10 @@ __all__ = [
     "stats",
     "summarize",
     "tpot_ms",
+    "ttfa_ms",
     "ttfb_ms",
     "ttft_ms",
+    "window_bounds",
     "window_s",
 ]
 
@@ -77,16 +81,25 @@ __all__ = [
 def meets_slo(r: RequestRecord, slo: Slo) -> bool:
     if not r.ok:
         return False
-    checks = ((slo.ttft_ms, ttft_ms(r)), (slo.tpot_ms, tpot_ms(r)), (slo.e2e_ms, e2e_ms(r)))
+    checks = (
+        (slo.ttft_ms, ttft_ms(r)),
+        (slo.ttfa_ms, ttfa_ms(r)),
+        (slo.tpot_ms, tpot_ms(r)),
+        (slo.e2e_ms, e2e_ms(r)),
+    )
     return all(bound is None or (value is not None and value <= bound) for bound, value in checks)
 
 
 def window_s(records: list[RequestRecord]) -> float:
     """Length of the window the run is measured over (steady state for a closed loop)."""
+    bounds = window_bounds(records)
+    return bounds.seconds if bounds is not None else 0.0
+
+
+def window_bounds(records: list[RequestRecord]) -> Bounds | None:
+    """The measured window (perf_counter ns), what energy is read over too; None without measured requests."""
     measured = [r for r in records if not r.warmup]
-    if not measured:
-        return 0.0
-    return _bounds(measured)[0].seconds
+    return _bounds(measured)[0] if measured else None
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,7 @@ def summarize(records: list[RequestRecord], slo: Slo | None = None, targets: Win
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     failed = [r for r in measured if not r.ok]
+    reasoned = [r for r in ok if r.reasoning_tokens is not None]
     bounds, inside = _bounds(measured)
     timed = [r for r in inside if r.ok]  # latencies: successful requests inside the window
     seconds = bounds.seconds if measured else 0.0
@@ -147,6 +161,8 @@ def summarize(records: list[RequestRecord], slo: Slo | None = None, targets: Win
             completion=out_tokens,
             usage_sources=dict(Counter(r.usage_source for r in ok)),
             chunks_per_output_token=(sum(len(r.chunk_ns) for r in ok) / out_tokens if out_tokens else None),
+            reasoning=sum(r.reasoning_tokens or 0 for r in reasoned) if reasoned else None,
+            reasoning_sources=dict(Counter(str(r.reasoning_source) for r in reasoned)),
         ),
         short_completions=short_completions(ok),
         queue_delay_ms=stats((r.start_ns - r.scheduled_ns) / NS_PER_MS for r in scheduled) if scheduled else None,
@@ -284,3 +300,10 @@ def cost_per_million_tokens(cost_per_hour_usd: float | None, output_tok_s: float
     if cost_per_hour_usd is None or output_tok_s <= 0:
         return None
     return cost_per_hour_usd / (output_tok_s * 3600.0) * 1e6
+
+
+def energy_cost_per_million_tokens(j_per_output_token: float | None, usd_per_kwh: float | None) -> float | None:
+    """Dollars of electricity per million output tokens: J/token x 10^6 / 3.6 MJ per kWh x the price."""
+    if j_per_output_token is None or usd_per_kwh is None:
+        return None
+    return j_per_output_token * 1e6 / 3.6e6 * usd_per_kwh

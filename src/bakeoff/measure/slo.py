@@ -1,7 +1,9 @@
 """SLOs: presets, whether a run meets one, and the search for the highest rate that does.
 
 A run meets an SLO when its P99 TTFT, P99 TPOT and P99 E2E are within every bound set
-(MLPerf's server scenario judges the same tails). The search re-times one fixed request
+(MLPerf's server scenario judges the same tails). For a reasoning model ``ttfa_ms`` bounds
+the time to the first *answer* token, after the thinking (TTFT there is the first thinking
+token); on a model that does not reason TTFA is TTFT. The search re-times one fixed request
 set to new arrival rates, so every rate and every backend still sees the same requests.
 """
 
@@ -36,6 +38,7 @@ class Slo(Strict):
 
     preset: SloPreset | None = Field(default=None, description="MLPerf-style TTFT/TPOT bounds")
     ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    ttfa_ms: Annotated[float, Field(gt=0, description="time to first answer token (reasoning models)")] | None = None
     tpot_ms: Annotated[float, Field(gt=0)] | None = None
     e2e_ms: Annotated[float, Field(gt=0)] | None = None
 
@@ -51,7 +54,14 @@ def resolve_slo(slo: Slo) -> Slo:
 def run_meets_slo(summary: RunSummary, slo: Slo) -> bool | None:
     """P99 of every bounded metric within its bound; None when the SLO sets no bound."""
     latency = summary.latency
-    bounds = ((latency.ttft_ms, slo.ttft_ms), (latency.tpot_ms, slo.tpot_ms), (latency.e2e_ms, slo.e2e_ms))
+    # A run without reasoning has no TTFA distribution: its answer starts at TTFT.
+    ttfa = latency.ttfa_ms if latency.ttfa_ms.n else latency.ttft_ms
+    bounds = (
+        (latency.ttft_ms, slo.ttft_ms),
+        (ttfa, slo.ttfa_ms),
+        (latency.tpot_ms, slo.tpot_ms),
+        (latency.e2e_ms, slo.e2e_ms),
+    )
     if all(bound is None for _, bound in bounds):
         return None
     if summary.requests.ok == 0 or summary.requests.failed > 0:

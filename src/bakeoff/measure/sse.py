@@ -4,6 +4,24 @@ Kept free of I/O so every quirk seen on real servers is unit-tested here: role-o
 empty first chunks, TensorRT-LLM's first chunk without a ``content`` key, several tokens
 per chunk, usage in its own ``choices: []`` chunk or inside the finish chunk, SSE comments,
 CRLF line ends, and lines far longer than any default read buffer.
+
+Reasoning models stream their thinking in a delta field of its own, not in ``content``
+(the server's reasoning parser splits it off). Which field, read from each framework's
+released code:
+
+- vLLM: ``reasoning_content`` until the rename of late 2025 (vllm-project/vllm#27752),
+  ``reasoning`` after it; ``vllm/entrypoints/openai/engine/protocol.py`` ``DeltaMessage``
+  (read at commit 040a2cc) carries both, ``reasoning_content`` a deprecated copy of
+  ``reasoning``; releases in between sent ``reasoning`` alone.
+- SGLang: ``reasoning_content`` (``srt/entrypoints/openai/protocol.py`` ``DeltaMessage``),
+  and its ``UsageInfo`` has a top-level ``reasoning_tokens`` (0 unless counted).
+- TensorRT-LLM: ``reasoning_content`` (``serve/openai_protocol.py`` ``DeltaMessage``,
+  dumped with ``exclude_none``, so ``""`` shows in answer chunks); no reasoning count in usage.
+- llama.cpp: ``reasoning_content`` with ``--reasoning-format deepseek`` (``common/chat.cpp``
+  ``common_chat_msg_diff``); with ``none`` the thinking stays inside ``content``.
+
+Both names are read; when a delta carries both (vLLM's copy) ``reasoning`` is taken, once.
+The OpenAI usage field ``completion_tokens_details.reasoning_tokens`` is read where sent.
 """
 
 from __future__ import annotations
@@ -70,6 +88,7 @@ class ChunkInfo:
     finish_reason: str | None
     usage: dict[str, Any] | None
     error: str | None
+    reasoning: str | None = None  # reasoning (thinking) text, None when the chunk carries none
 
 
 def read_chunk(payload: bytes) -> ChunkInfo:
@@ -86,6 +105,7 @@ def read_chunk(payload: bytes) -> ChunkInfo:
         return ChunkInfo(None, None, None, str(message)[:500])
     text = None
     finish = None
+    reasoning = None
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
@@ -93,10 +113,25 @@ def read_chunk(payload: bytes) -> ChunkInfo:
         delta = choice.get("delta")
         # Chat streams put text in delta.content (absent on TensorRT-LLM's role chunk);
         # completions streams put it in text.
-        text = delta.get("content") if delta is not None else choice.get("text")
+        if delta is not None:
+            text = delta.get("content")
+            # vLLM's newer name first: where both are sent, one is a copy of the other.
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content") or None
+        else:
+            text = choice.get("text")
         if not text:
             text = None
-    return ChunkInfo(text, finish, obj.get("usage"), None)
+    return ChunkInfo(text, finish, obj.get("usage"), None, reasoning)
+
+
+def reasoning_tokens_of(usage: dict[str, Any]) -> int | None:
+    """Reasoning tokens the server counted: OpenAI's ``completion_tokens_details`` or SGLang's top-level field."""
+    details = usage.get("completion_tokens_details")
+    if isinstance(details, dict) and details.get("reasoning_tokens") is not None:
+        return int(details["reasoning_tokens"])
+    if usage.get("reasoning_tokens") is not None:
+        return int(usage["reasoning_tokens"])
+    return None
 
 
 def cached_tokens_of(usage: dict[str, Any]) -> int | None:

@@ -43,12 +43,20 @@ class RefOptions:
     # Stop after this many tokens (0: never), like an EOS id ignore_eos misses, unless the
     # request's min_tokens asks for more: what min_tokens is sent to prevent.
     eos_after: int = 0
+    # Chat only: the first N tokens of each answer are reasoning, sent in the profile's
+    # reasoning delta field (a reasoning model behind a reasoning parser); then the answer,
+    # after a further pause of answer_gap_ms. First reasoning chunk at ttft_ms, first
+    # answer chunk at ttft_ms + (reasoning chunks) x itl_ms + answer_gap_ms.
+    reasoning_tokens: int = 0
+    answer_gap_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.ttft_ms < 0 or self.itl_ms < 0 or self.stall_s < 0:
-            raise ValueError("ttft_ms, itl_ms and stall_s must be 0 or more")
-        if self.tokens_per_chunk < 1 or self.fault_every < 1 or self.eos_after < 0:
-            raise ValueError("tokens_per_chunk and fault_every must be at least 1, eos_after 0 or more")
+        if self.ttft_ms < 0 or self.itl_ms < 0 or self.stall_s < 0 or self.answer_gap_ms < 0:
+            raise ValueError("ttft_ms, itl_ms, stall_s and answer_gap_ms must be 0 or more")
+        if self.tokens_per_chunk < 1 or self.fault_every < 1 or self.eos_after < 0 or self.reasoning_tokens < 0:
+            raise ValueError(
+                "tokens_per_chunk and fault_every must be at least 1, eos_after and reasoning_tokens 0 or more"
+            )
         if self.usage not in get_args(UsageMode):
             raise ValueError(f"usage must be one of {get_args(UsageMode)}, got {self.usage!r}")
         if self.fault not in get_args(Fault):

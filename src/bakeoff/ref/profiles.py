@@ -49,6 +49,13 @@ trtllm  /metrics: JSON iteration stats, drained by each GET (kvCacheStats     op
         .reusedBlocks, cumulative); Prometheus at /prometheus/metrics with    metrics/collector.py
         trtllm_ names, labels model_name/engine_type "undefined"
 trtllm  no cache-reset endpoint (404); 32-token blocks                        llmapi/llm_args.py KvCacheConfig
+vllm    reasoning (``reasoning_tokens``) in delta ``reasoning``, copied into    engine/protocol.py DeltaMessage
+        the deprecated ``reasoning_content``; no reasoning count in usage     (read at commit 040a2cc),
+                                                                              UsageInfo
+sglang  reasoning in delta ``reasoning_content``; usage.reasoning_tokens      openai/protocol.py DeltaMessage,
+        (top level) counts it                                                 UsageInfo
+trtllm  reasoning in delta ``reasoning_content`` (``content`` absent:         serve/openai_protocol.py,
+        exclude_none); no reasoning count in usage                            UsageInfo
 ======= ===================================================================== ================================
 """
 
@@ -121,6 +128,14 @@ class VllmProfile(WireProfile):
         if finish is not None or not chat:
             choice["stop_reason"] = None
         return {**head, "choices": [choice]}
+
+    def reasoning(self, head: dict[str, Any], *, text: str) -> dict[str, Any]:
+        # DeltaMessage's after-validator copies reasoning into the deprecated reasoning_content.
+        delta = {"reasoning": text, "reasoning_content": text}
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+
+    def reasoning_usage(self, usage: dict[str, Any], reasoning: int) -> dict[str, Any]:
+        return usage  # UsageInfo has no completion_tokens_details: reasoning is not counted
 
     def prometheus(self, served: Served) -> str:
         c = served.counters
@@ -203,8 +218,16 @@ class SglangProfile(WireProfile):
         }
 
     @staticmethod
-    def _delta(role: str | None, content: str | None) -> dict[str, Any]:
-        return {"role": role, "content": content, "reasoning_content": None, "tool_calls": None}
+    def _delta(role: str | None, content: str | None, reasoning: str | None = None) -> dict[str, Any]:
+        return {"role": role, "content": content, "reasoning_content": reasoning, "tool_calls": None}
+
+    def reasoning(self, head: dict[str, Any], *, text: str) -> dict[str, Any]:
+        choice = {"index": 0, "delta": self._delta(None, None, text), "logprobs": None, "finish_reason": None,
+                  "matched_stop": None}  # fmt: skip
+        return {**head, "choices": [choice], "usage": None}
+
+    def reasoning_usage(self, usage: dict[str, Any], reasoning: int) -> dict[str, Any]:
+        return {**usage, "reasoning_tokens": reasoning}
 
     def opening(self, head: dict[str, Any], *, chat: bool, role_chunk: bool, no_content_key: bool) -> bytes:
         if not chat:

@@ -12,7 +12,10 @@ the request) and reproduces the protocol quirks and failures seen on real server
 - faults on every Nth request: HTTP 500, an error object mid-stream, a cut connection,
   a stall, or the whole process dying mid-stream;
 - canned answers (``--canned FILE``, prompt -> text): the quality checks' planted outputs,
-  ending with ``finish_reason: stop``, or ``length`` where ``max_tokens`` cuts them.
+  ending with ``finish_reason: stop``, or ``length`` where ``max_tokens`` cuts them;
+- a reasoning phase (chat, ``reasoning_tokens``): the first tokens of the answer go out in
+  the profile's reasoning delta field, then the answer after ``answer_gap_ms``, with the
+  profile's reasoning count (or none) in usage.
 
 Options are set on the command line and can be overridden per request with a JSON object
 in the ``x-bakeoff-ref`` header or a ``ref`` field of the request body. Sleeping until each
@@ -163,10 +166,21 @@ class ReferenceServer:
         self.profile.on_prefill(self.counters)
         usage = self.profile.usage(len(words), max_tokens, cached)
         include_usage = self.profile.wants_usage(body.get("stream_options")) and opts.usage != "none"
-        # Equal-width tokens: clients that share usage tokens over chunks by text length
-        # then get the exact split back.
-        texts, start = [], 0
-        for size in self.profile.chunk_sizes(max_tokens, opts.tokens_per_chunk):
+        reasoning = min(opts.reasoning_tokens, max_tokens) if chat else 0
+        if reasoning:
+            usage = self.profile.reasoning_usage(usage, reasoning)
+        # Equal-width tokens (reasoning " r3", answer " w3"): clients that share usage tokens
+        # over chunks by text length then get the exact split back. Each phase is chunked on
+        # its own, so no chunk straddles the two.
+        texts: list[str] = []
+        thinking = self.profile.chunk_sizes(reasoning, opts.tokens_per_chunk) if reasoning else []
+        start = 0
+        for size in thinking:
+            texts.append("".join(f" r{t % 10}" for t in range(start, start + size)))
+            start += size
+        start = 0
+        answer = max_tokens - reasoning
+        for size in self.profile.chunk_sizes(answer, opts.tokens_per_chunk) if answer else []:
             if pieces is not None:
                 texts.append("".join(pieces[start : start + size]))
             else:
@@ -179,7 +193,7 @@ class ReferenceServer:
                 finished = True
                 return self._whole(chat, "".join(texts), usage, finish)
             tail = usage if include_usage else None
-            resp, finished = await self._stream(request, opts, chat, t0, texts, tail, faulty, finish)
+            resp, finished = await self._stream(request, opts, chat, t0, texts, tail, faulty, finish, len(thinking))
             return resp
         finally:
             self.counters.release(key, generated=max_tokens, finished=finished)
@@ -211,8 +225,12 @@ class ReferenceServer:
         usage: dict[str, Any] | None,
         faulty: bool,
         finish: str = "length",
+        thinking: int = 0,
     ) -> tuple[web.StreamResponse, bool]:
-        """Stream the answer; also say whether it went out whole (no fault cut it short)."""
+        """Stream the answer; also say whether it went out whole (no fault cut it short).
+
+        The first ``thinking`` texts are reasoning chunks; the answer's follow ``answer_gap_ms`` later.
+        """
         stats, profile = self.stats, self.profile
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -233,7 +251,10 @@ class ReferenceServer:
         for i, text in enumerate(texts):
             if faulty and i == fault_at:
                 return await self._mid_stream_fault(request, resp, opts), False
-            chunk = profile.content(head, chat=chat, text=text, finish=finish if i == last else None)
+            if i < thinking:
+                chunk = profile.reasoning(head, text=text)
+            else:
+                chunk = profile.content(head, chat=chat, text=text, finish=finish if i == last else None)
             if i == 0 and opts.long_line_bytes:
                 chunk["pad"] = "x" * opts.long_line_bytes
             if i == last and usage is not None and opts.usage == "finish":
@@ -245,7 +266,8 @@ class ReferenceServer:
                 if usage is not None and opts.usage == "separate":
                     data += sse(profile.usage_chunk(head, usage))
                 data += DONE_EVENT
-            await stats.pacer.until(t0 + (opts.ttft_ms + i * opts.itl_ms) / 1e3)
+            gap = opts.answer_gap_ms if thinking and i >= thinking else 0.0
+            await stats.pacer.until(t0 + (opts.ttft_ms + i * opts.itl_ms + gap) / 1e3)
             stats.chunks += 1
             await resp.write(data)
         await resp.write_eof()

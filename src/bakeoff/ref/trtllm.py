@@ -147,6 +147,13 @@ class TrtllmProfile(WireProfile):
                   "stop_reason": None, "avg_decoded_tokens_per_iter": None}  # fmt: skip
         return {**head, "choices": [choice], "usage": None}
 
+    def reasoning(self, head: dict[str, Any], *, text: str) -> dict[str, Any]:
+        # exclude_none: content is None in a reasoning delta, so only reasoning_content goes out.
+        return {**head, "choices": [{"index": 0, "delta": {"reasoning_content": text}}]}
+
+    def reasoning_usage(self, usage: dict[str, Any], reasoning: int) -> dict[str, Any]:
+        return usage  # UsageInfo has no reasoning count
+
     def _log_iteration(self, c: Counters) -> None:
         self._iter += 1
         self.iterations.append(

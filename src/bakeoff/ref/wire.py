@@ -134,6 +134,14 @@ class WireProfile:
             choice["text"] = text
         return {**head, "choices": [choice]}
 
+    def reasoning(self, head: dict[str, Any], *, text: str) -> dict[str, Any]:
+        """A chat chunk of reasoning tokens: OpenAI-style ``reasoning_content`` in the generic profile."""
+        return {**head, "choices": [{"index": 0, "delta": {"reasoning_content": text}, "finish_reason": None}]}
+
+    def reasoning_usage(self, usage: dict[str, Any], reasoning: int) -> dict[str, Any]:
+        """``usage`` of a reasoning answer: OpenAI's ``completion_tokens_details.reasoning_tokens`` here."""
+        return {**usage, "completion_tokens_details": {"reasoning_tokens": reasoning}}
+
     def closing(self, head: dict[str, Any], *, chat: bool) -> bytes:
         """What follows the last content chunk, before the usage chunk."""
         return b""

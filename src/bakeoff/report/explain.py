@@ -170,8 +170,13 @@ def diagnosis_notes(campaign_dir: Path) -> list[str]:
     return [d.markdown() for d in diagnose_cells(load_cells(campaign_dir))]
 
 
-def pareto_figures(campaign_dir: Path, frame: pd.DataFrame) -> list[tuple[str, Any, pd.DataFrame]]:
-    """(workload, figure, front table) per workload with at least two points."""
+def pareto_figures(
+    campaign_dir: Path, frame: pd.DataFrame, axis: pareto.Axis = "throughput"
+) -> list[tuple[str, Any, pd.DataFrame]]:
+    """(workload, figure, front table) per workload with at least two points.
+
+    ``axis="energy"``: tokens per joule as y, for runs that measured energy (none: an empty list).
+    """
     campaign = _campaign(campaign_dir)
     gpu = bool(campaign.get("gpu"))
     units = {}
@@ -179,14 +184,14 @@ def pareto_figures(campaign_dir: Path, frame: pd.DataFrame) -> list[tuple[str, A
         label = cell.label
         units[label] = pareto.units(cell.knobs, gpu)
         units[label + " [rehearsal]"] = units[label]
-    pts = pareto.points(frame, units)
+    pts = pareto.points(frame, units, axis)
     colours = palette(frame)
     out = []
     for workload in sorted(pts["workload"].unique()):
         sub = pts[pts["workload"] == workload]
         if len(sub) < 2:
             continue
-        fig = pareto.figure(pts, workload, colours, "GPU" if gpu else "machine")
+        fig = pareto.figure(pts, workload, colours, "GPU" if gpu else "machine", axis)
         out.append((workload, fig, pareto.front(sub).round(2)))
     return out
 

@@ -434,3 +434,28 @@ def confidence_table(campaign_dir: Path) -> pd.DataFrame:
     from bakeoff.analysis import verdict
 
     return pd.DataFrame(verdict.figures_table(campaign_dir))
+
+
+def energy_table(campaign_dir: Path) -> pd.DataFrame:
+    """Energy per run over its measured window, or 'not measured' with the reason."""
+    rows: list[dict[str, Any]] = []
+    for cell in load_cells(campaign_dir):
+        for summary in cell.summaries.values():
+            energy = summary.energy
+            row: dict[str, Any] = {"server": cell.label, "workload": cell.workload, "run": summary.workload.run}
+            if energy is None or energy.joules is None:
+                why = energy.reason if energy is not None and energy.reason else "not recorded (run before energy)"
+                rows.append({**row, "energy": f"not measured: {why}"})
+                continue
+            rows.append(
+                {
+                    **row,
+                    "energy": f"{energy.source}: {', '.join(d.device for d in energy.devices)}",
+                    "window s": f"{energy.start_s:.1f}–{energy.end_s:.1f} ({energy.window_s:.1f} s)",
+                    "J": energy.joules,
+                    "J/out tok": energy.j_per_output_token,
+                    "out tok/J": energy.output_tokens_per_j,
+                    "avg W": energy.average_w,
+                }
+            )
+    return pd.DataFrame(rows)

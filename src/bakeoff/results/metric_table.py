@@ -13,7 +13,12 @@ the glossary, side by side so the two cannot drift. From this table come:
 
 Per-request formulas (peers disagree, so these are bakeoff's own):
 
-- TTFT: request sent -> first chunk carrying generated content (role-only chunks excluded).
+- TTFT: request sent -> first chunk carrying generated tokens of any kind, reasoning or
+  answer (role-only chunks excluded); for a model that does not reason, its first content
+  chunk, as before reasoning phases were read.
+- Reasoning models: time to first reasoning token (TTFR) and to first answer token (TTFA),
+  ITL and TPOT within each phase, reasoning and answer tokens; over the requests that
+  reasoned only (elsewhere TTFA equals TTFT and the rest do not exist).
 - TTFB: request sent -> first SSE event of any kind (what some tools call TTFT).
 - E2E: request sent -> end of stream.
 - "Sent" is the scheduled send time where the run had a schedule (open loop, trace replay),
@@ -35,7 +40,7 @@ from typing import Literal
 
 import numpy as np
 
-from bakeoff.results.records import RequestRecord
+from bakeoff.results.records import ANSWER, REASONING, RequestRecord
 from bakeoff.results.summary import PERCENTILES, STAT_LABELS, Latency, RunSummary, Stat, StatName
 
 NS_PER_MS = 1e6
@@ -89,6 +94,34 @@ def tpot_ms(r: RequestRecord) -> float | None:
     if after_first <= 0:
         return None
     return (r.chunk_ns[-1] - r.first_token_ns) / NS_PER_MS / after_first
+
+
+def _first_ms(r: RequestRecord, phase: int) -> float | None:
+    times = r.phase_ns(phase)
+    return (times[0] - latency_origin_ns(r)) / NS_PER_MS if times else None
+
+
+def ttfr_ms(r: RequestRecord) -> float | None:
+    """Time to the first reasoning chunk; None when the request did not reason."""
+    return _first_ms(r, REASONING)
+
+
+def ttfa_ms(r: RequestRecord) -> float | None:
+    """Time to the first answer chunk (equal to TTFT for a request that did not reason)."""
+    return _first_ms(r, ANSWER)
+
+
+def phase_itl_ms(r: RequestRecord, phase: int) -> list[float]:
+    """Gaps between consecutive chunks of one phase (the switch between phases belongs to neither)."""
+    return [(b - a) / NS_PER_MS for a, b in pairwise(r.phase_ns(phase))]
+
+
+def phase_tpot_ms(r: RequestRecord, phase: int) -> float | None:
+    """TPOT within one phase: (its last chunk - its first) / (its tokens - those of its first chunk)."""
+    times, tokens = r.phase_ns(phase), r.phase_tokens(phase)
+    if len(times) < 2 or sum(tokens) - tokens[0] <= 0:
+        return None
+    return (times[-1] - times[0]) / NS_PER_MS / (sum(tokens) - tokens[0])
 
 
 def coalesced_gaps(r: RequestRecord) -> int:
@@ -150,6 +183,23 @@ def _per_gap(formula: Callable[[RequestRecord], list[float]]) -> Samples:
 
 def _tok_s_per_user(ok: list[RequestRecord]) -> Iterator[float]:
     return (1000.0 / t for t in map(tpot_ms, ok) if t is not None and t > 0)
+
+
+def _reasoned(samples: Samples) -> Samples:
+    """Samples over the requests that reasoned only: elsewhere the phase figures do not exist."""
+
+    def only(ok: list[RequestRecord]) -> Iterable[float]:
+        return samples([r for r in ok if r.reasons])
+
+    return only
+
+
+def _phase_gaps(phase: int) -> Samples:
+    return _per_gap(lambda r: phase_itl_ms(r, phase))
+
+
+def _phase_tpot(phase: int) -> Samples:
+    return _per_request(lambda r: phase_tpot_ms(r, phase))
 
 
 # --- the table ----------------------------------------------------------------------------
@@ -271,10 +321,30 @@ METRICS: tuple[Metric, ...] = (
     _distribution(
         "ttft_ms",
         "TTFT",
-        "request sent (open loop, trace: its scheduled time) → first chunk that carries generated text. "
-        "Role-only or empty chunks do not count.",
+        "request sent (open loop, trace: its scheduled time) → first chunk that carries generated tokens of "
+        "any kind. Role-only or empty chunks do not count. On a reasoning model the first token is usually a "
+        "reasoning (thinking) token, in the delta field the server's reasoning parser fills "
+        "(`reasoning` / `reasoning_content`), so TTFT is the time to the first token of any kind: the answer's "
+        "first token is TTFA. For a model that does not reason both are the first content chunk.",
         "TTFT {stat} ms",
         _per_request(ttft_ms),
+        headline=("p50", "p99"),
+    ),
+    _distribution(
+        "ttfr_ms",
+        "TTFR",
+        "reasoning models: request sent → first chunk of reasoning (thinking) tokens; over the requests that reasoned.",
+        "TTFR {stat} ms",
+        _reasoned(_per_request(ttfr_ms)),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
+        "ttfa_ms",
+        "TTFA",
+        "reasoning models: request sent → first chunk of answer (`content`) tokens, after the whole reasoning "
+        "phase: what a user waiting for the answer sees; over the requests that reasoned (elsewhere it is TTFT).",
+        "TTFA {stat} ms",
+        _reasoned(_per_request(ttfa_ms)),
         headline=("p50", "p99"),
     ),
     _distribution(
@@ -314,6 +384,41 @@ METRICS: tuple[Metric, ...] = (
         headline=("p99",),
     ),
     _distribution(
+        "itl_reasoning_ms",
+        "ITL reasoning",
+        "reasoning models: gap between consecutive reasoning chunks (the switch to the answer belongs to neither "
+        "phase).",
+        "ITL-reasoning {stat} ms",
+        _reasoned(_phase_gaps(REASONING)),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
+        "itl_answer_ms",
+        "ITL answer",
+        "reasoning models: gap between consecutive answer chunks.",
+        "ITL-answer {stat} ms",
+        _reasoned(_phase_gaps(ANSWER)),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
+        "tpot_reasoning_ms",
+        "TPOT reasoning",
+        "reasoning models: (last reasoning chunk − first reasoning chunk) / (reasoning tokens − those of the "
+        "first reasoning chunk).",
+        "TPOT-reasoning {stat} ms",
+        _reasoned(_phase_tpot(REASONING)),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
+        "tpot_answer_ms",
+        "TPOT answer",
+        "reasoning models: (last answer chunk − first answer chunk) / (answer tokens − those of the first answer "
+        "chunk).",
+        "TPOT-answer {stat} ms",
+        _reasoned(_phase_tpot(ANSWER)),
+        frame=("p50", "p99"),
+    ),
+    _distribution(
         "itl_per_token_ms",
         "ITL per token",
         "each ITL gap divided by the tokens in the chunk that ended it (several-token chunks).",
@@ -349,6 +454,25 @@ METRICS: tuple[Metric, ...] = (
         headline=("p50",),
     ),
     _figure(
+        "reasoning_tokens",
+        "reasoning tokens",
+        "tok",
+        "reasoning models: reasoning (thinking) tokens of successful requests: the server's own count "
+        "(`usage.completion_tokens_details.reasoning_tokens`, SGLang's `usage.reasoning_tokens`) where it "
+        "sends one, else the tokenizer on the reasoning text, else the reasoning chunks' share of the "
+        "completion tokens; summary.json `tokens.reasoning_sources` says which.",
+        None,
+        lambda s: None if s.tokens.reasoning is None else float(s.tokens.reasoning),
+    ),
+    _figure(
+        "answer_tokens",
+        "answer tokens",
+        "tok",
+        "reasoning models: completion tokens − reasoning tokens, of successful requests.",
+        None,
+        lambda s: None if s.tokens.reasoning is None else float(s.tokens.completion - s.tokens.reasoning),
+    ),
+    _figure(
         "goodput_req_s",
         "goodput",
         "req/s",
@@ -375,6 +499,46 @@ METRICS: tuple[Metric, ...] = (
         lambda s: s.cost.usd_per_million_output_tokens if s.cost else None,
         column="$/M tok",
         headline=True,
+    ),
+    _figure(
+        "j_per_output_token",
+        "J / output token",
+        "J",
+        "energy over the measured window / output tokens that arrived in it. Energy is the difference of a "
+        "cumulative counter (NVML's nvmlDeviceGetTotalEnergyConsumption per GPU, summed; on CPU hosts RAPL's "
+        "package energy_uj in /sys/class/powercap, wraparound undone), interpolated to the window's ends "
+        "between readings about a second apart; never integrated power samples. Where neither counter can be "
+        "read the run says 'not measured' and why (summary.json `energy.reason`).",
+        "lower",
+        lambda s: s.energy.j_per_output_token if s.energy else None,
+        column="J/out tok",
+        headline=True,
+    ),
+    _figure(
+        "output_tok_per_j",
+        "output tok / J",
+        "tok/J",
+        "output tokens per joule: 1 / (J / output token).",
+        "higher",
+        lambda s: s.energy.output_tokens_per_j if s.energy else None,
+    ),
+    _figure(
+        "avg_power_w",
+        "average power",
+        "W",
+        "energy over the measured window / its length, summed over the devices measured (per device in "
+        "summary.json `energy.devices`).",
+        None,
+        lambda s: s.energy.average_w if s.energy else None,
+    ),
+    _figure(
+        "energy_usd_per_m_tok",
+        "energy cost / M tok",
+        "USD",
+        "J / output token × 10⁶ / 3.6·10⁶ J per kWh × the campaign's `energy_usd_per_kwh`: the electricity "
+        "of a million output tokens at the devices measured (no cooling or host overhead).",
+        "lower",
+        lambda s: s.cost.energy_usd_per_million_output_tokens if s.cost else None,
     ),
     _figure(
         "designed_reuse",

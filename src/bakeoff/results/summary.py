@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 StatName = Literal["mean", "p50", "p90", "p95", "p99", "p99_9"]
 # Percentile statistics and the percentile each stands for.
@@ -87,10 +87,16 @@ class Latency(Block):
     """Per-request distributions of successful, measured requests (see the metric table)."""
 
     ttft_ms: Stat = Field(default_factory=Stat)
+    ttfr_ms: Stat = Field(default_factory=Stat)
+    ttfa_ms: Stat = Field(default_factory=Stat)
     ttft_from_send_ms: Stat = Field(default_factory=Stat)
     ttfb_ms: Stat = Field(default_factory=Stat)
     tpot_ms: Stat = Field(default_factory=Stat)
     itl_ms: Stat = Field(default_factory=Stat)
+    itl_reasoning_ms: Stat = Field(default_factory=Stat)
+    itl_answer_ms: Stat = Field(default_factory=Stat)
+    tpot_reasoning_ms: Stat = Field(default_factory=Stat)
+    tpot_answer_ms: Stat = Field(default_factory=Stat)
     itl_per_token_ms: Stat = Field(default_factory=Stat)
     e2e_ms: Stat = Field(default_factory=Stat)
     e2e_from_send_ms: Stat = Field(default_factory=Stat)
@@ -129,6 +135,10 @@ class Tokens(Block):
     completion: int
     usage_sources: dict[str, int] = Field(default_factory=dict)
     chunks_per_output_token: float | None = None
+    reasoning: int | None = Field(default=None, description="reasoning tokens of the completion; None: none seen")
+    reasoning_sources: dict[str, int] = Field(
+        default_factory=dict, description="requests whose reasoning count came from server / tokenizer / chunks"
+    )
 
 
 class SteadyWindow(Block):
@@ -182,6 +192,7 @@ class SloResult(Block):
 
     preset: str | None = None
     ttft_ms: float | None = None
+    ttfa_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     met: int = Field(ge=0, description="requests meeting every bound")
@@ -249,6 +260,41 @@ class Effort(Block):
 class Cost(Block):
     usd_per_hour: float | None = None
     usd_per_million_output_tokens: float | None = None
+    energy_usd_per_kwh: float | None = Field(default=None, description="the campaign's energy price")
+    energy_usd_per_million_output_tokens: float | None = Field(
+        default=None, description="measured J per output token x 10^6 / 3.6 MJ per kWh x the energy price"
+    )
+
+
+class DeviceEnergy(Block):
+    """One device's energy over the measured window, from its cumulative counter."""
+
+    device: str = Field(description="e.g. 'gpu0 NVIDIA H200' or 'cpu package-0'")
+    joules: float = Field(ge=0)
+    average_w: float | None = None
+
+
+class Energy(Block):
+    """Energy over the run's measured window, from cumulative counters (never integrated power samples).
+
+    ``source``: ``nvml`` (nvmlDeviceGetTotalEnergyConsumption, per GPU) or ``rapl``
+    (``/sys/class/powercap`` package zones); None with ``reason`` when nothing could be read.
+    ``start_s``/``end_s``: the window the counters were read over, seconds from the first
+    reading (the counters are interpolated to the measured window's ends between readings).
+    """
+
+    source: Literal["nvml", "rapl"] | None = None
+    reason: str | None = Field(default=None, description="why energy was not measured")
+    devices: list[DeviceEnergy] = Field(default_factory=list)
+    joules: float | None = None
+    window_s: float | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+    readings: int = 0
+    output_tokens: float | None = Field(default=None, description="output tokens that arrived in the window")
+    j_per_output_token: float | None = None
+    output_tokens_per_j: float | None = None
+    average_w: float | None = None
 
 
 class Provenance(Block):
@@ -297,7 +343,7 @@ class ServerDied(Block):
 class RunSummary(Block):
     """The results of one run: ``summary.json``."""
 
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
     requests: Requests
     latency: Latency
     throughput: Throughput
@@ -320,6 +366,7 @@ class RunSummary(Block):
     )
     effort: Effort | None = None
     cost: Cost | None = None
+    energy: Energy | None = Field(default=None, description="energy over the measured window, or why not measured")
     provenance: Provenance = Field(default_factory=Provenance)
     client: ClientLoad | None = Field(default=None, description="load-generator processes and their CPU headroom")
     telemetry_series: dict[str, str] = Field(
@@ -384,8 +431,18 @@ def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v4_to_v5(raw: dict[str, Any]) -> dict[str, Any]:
+    """Layout 4 lacked reasoning-phase figures and energy: all optional, so nothing to convert."""
+    return {**raw, "schema_version": 5}
+
+
 # From version N to N + 1.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 
 def migrate(raw: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ KNOB_VOCABULARY: dict[str, str] = {
     "num_speculative_tokens": "tokens proposed per speculative step (with speculative set)",
     "dtype": "weight and activation precision (auto = the checkpoint's)",
     "enforce_eager": "no graph compilation or CUDA graphs: quicker starts, slower steps",
+    "reasoning_parser": "split a reasoning model's thinking into its own stream field (which model family's tags)",
 }
 
 # The backends that ship with bakeoff (bakeoff.paths resolves them for every kind of install).
