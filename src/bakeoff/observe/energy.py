@@ -6,7 +6,9 @@ differences:
 
 - NVIDIA GPUs: ``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver
   loaded, Volta and later), one counter per GPU, through the same NVML module seam as
-  :mod:`bakeoff.observe.hoststats`;
+  :mod:`bakeoff.observe.hoststats`. Every GPU NVML sees is read (as the telemetry reads
+  them): on a machine with more GPUs than the server uses, the idle ones add their draw,
+  and ``energy.devices`` shows each apart;
 - CPU hosts: Intel RAPL under ``/sys/class/powercap``: each package zone's ``energy_uj``
   (``intel-rapl:N``; its sub-zones ``intel-rapl:N:M`` are parts of it and are left out, or
   they would be counted twice). The counter wraps at ``max_energy_range_uj``: a reading

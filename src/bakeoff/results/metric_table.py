@@ -527,7 +527,7 @@ METRICS: tuple[Metric, ...] = (
         "average power",
         "W",
         "energy over the measured window / its length, summed over the devices measured (per device in "
-        "summary.json `energy.devices`).",
+        "summary.json `energy.devices`): every GPU NVML sees, so idle GPUs beside a server on fewer count too.",
         None,
         lambda s: s.energy.average_w if s.energy else None,
     ),
