@@ -24,6 +24,7 @@ from bakeoff.measure.sse import read_chunk, reasoning_tokens_of
 from bakeoff.observe.telemetry import parse_prometheus
 from bakeoff.ref.options import MODEL
 from bakeoff.ref.profiles import make_profile
+from bakeoff.ref.server import build_parser
 from bakeoff.results import metric_table
 from bakeoff.results.metric_table import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
@@ -31,6 +32,7 @@ from bakeoff.results.store import read_records, write_records
 from bakeoff.results.summary import RunSummary, migrate
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.launch_render import render_launch
+from bakeoff.serving.launchers import REHEARSAL_REASONING_TOKENS, rehearsal_argv
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
@@ -213,7 +215,8 @@ def test_each_profile_splits_phases_with_exact_counts(profile: str) -> None:
     assert (r.reasoning_tokens, r.reasoning_source) == (REASONING_TOKENS, SOURCES[profile])
     assert sum(r.phase_tokens(REASONING)) == REASONING_TOKENS and sum(r.phase_tokens(ANSWER)) == ANSWER_TOKENS
     assert r.output_text.split() == [f"w{i}" for i in range(ANSWER_TOKENS)]  # the answer alone
-    assert r.first_token_ns == r.phase_ns(REASONING)[0] < r.phase_ns(ANSWER)[0]
+    # Two tokens a chunk: the thinking first, and the first token of any kind is a thinking one.
+    assert r.chunk_phase == [REASONING] * 6 + [ANSWER] * 4 and r.first_token_ns == r.chunk_ns[0]
 
 
 PLANTED_TTFT_MS = 300.0
@@ -257,3 +260,11 @@ def test_a_reasoning_run_reports_planted_first_token_times(profile: str, tmp_pat
     assert latency.ttfr_ms.p50 == pytest.approx(PLANTED_TTFT_MS, rel=0.01)
     assert latency.ttfa_ms.p50 == pytest.approx(planted_ttfa, rel=0.01)
     assert latency.itl_reasoning_ms.p50 == pytest.approx(PLANTED_ITL_MS, rel=0.05)
+
+
+def test_a_rehearsal_with_a_reasoning_parser_streams_thinking() -> None:
+    # The stand-in's argv is the reference server's own: its parser must take the reasoning option.
+    argv = rehearsal_argv("vllm", port=1, served_name="m", reasoning=True)
+    assert build_parser().parse_args(argv[3:]).reasoning_tokens == REHEARSAL_REASONING_TOKENS > 0
+    plain = rehearsal_argv("vllm", port=1, served_name="m")
+    assert build_parser().parse_args(plain[3:]).reasoning_tokens == 0

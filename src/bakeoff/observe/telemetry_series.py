@@ -130,16 +130,18 @@ class Sampler:
         if self._thread is not None or not self.probes:
             return
         self._t0 = self._clock()
+        # The first sample before start() returns: the window's opening readings (energy
+        # counters among them) come before the first measured request is sent.
+        self.sample()
         self._thread = threading.Thread(target=self._loop, name="bakeoff-telemetry", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         # Deadlines on a fixed grid: a slow scrape does not push every later sample back.
-        deadline = self._t0
-        while not self._stop.is_set():
+        deadline = self._t0 + self.interval_s
+        while not self._stop.wait(max(deadline - self._clock(), 0.0)):
             self.sample()
             deadline += self.interval_s
-            self._stop.wait(max(deadline - self._clock(), 0.0))
 
     def sample(self) -> None:
         began, cpu = self._clock(), time.thread_time()

@@ -46,6 +46,9 @@ LauncherKind = Literal["process", "container", "rehearsal", "external"]
 # finish in seconds, slow enough that every request streams many separate chunks.
 REHEARSAL_TTFT_MS = 20.0
 REHEARSAL_ITL_MS = 2.0
+# With a reasoning_parser set, chat answers open with this many thinking tokens in the
+# framework's reasoning field, so the rehearsal exercises the phase parsing too.
+REHEARSAL_REASONING_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,16 @@ def _container(ctx: LaunchContext) -> Started:
         yield handle, launch
 
 
-def rehearsal_argv(profile: str, *, port: int, served_name: str, prefix_caching: bool = True) -> list[str]:
+def rehearsal_argv(
+    profile: str, *, port: int, served_name: str, prefix_caching: bool = True, reasoning: bool = False
+) -> list[str]:
     """The reference server in one framework's profile, at the rehearsal's pace.
 
-    Of the knobs, only ``prefix_caching`` changes what the wire shows (hits or none), so the
-    stand-in honours it; every other knob is rendered into the recorded command only.
+    Of the knobs, only ``prefix_caching`` (hits or none) and ``reasoning_parser`` (thinking in
+    its own field or not) change what the wire shows, so the stand-in honours those; every
+    other knob is rendered into the recorded command only.
     """
+    thinking = ["--reasoning-tokens", str(REHEARSAL_REASONING_TOKENS)] if reasoning else []
     return [
         sys.executable, "-m", "bakeoff.ref.server",
         "--profile", profile,
@@ -165,6 +172,7 @@ def rehearsal_argv(profile: str, *, port: int, served_name: str, prefix_caching:
         "--ttft-ms", str(REHEARSAL_TTFT_MS),
         "--itl-ms", str(REHEARSAL_ITL_MS),
         "--prefix-cache" if prefix_caching else "--no-prefix-cache",
+        *thinking,
     ]  # fmt: skip
 
 
@@ -212,8 +220,13 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     if launch.config_text is not None and backend.config_file is not None:
         (ctx.run_dir / f"rehearsed-{backend.config_file.filename}").write_text(launch.config_text)
     prefix_caching = launch.knobs.get("prefix_caching", True) is not False
+    reasoning = launch.knobs.get("reasoning_parser") not in (None, "none")
     argv = rehearsal_argv(
-        backend.rehearsal_profile, port=port, served_name=ctx.served_name, prefix_caching=prefix_caching
+        backend.rehearsal_profile,
+        port=port,
+        served_name=ctx.served_name,
+        prefix_caching=prefix_caching,
+        reasoning=reasoning,
     )
     stand_in = RenderedLaunch(backend, argv, {}, None, launch.knobs, launch.non_default)
     with run_local_process(
