@@ -164,15 +164,24 @@ class _Stream:
     def replay(self) -> str | None:
         """Parse the kept events into the record; return the error of a broken chunk."""
         record = self.record
+        chunk_ns, texts, phases = record.chunk_ns, self.texts, self.phases
         for payload, now in zip(self.events, self.event_ns, strict=True):
             info = read_chunk(payload)
             if info.error is not None:
                 return info.error
             # A delta with both (the end of the thinking) is two entries: reasoning first.
             if info.reasoning is not None:
-                self._chunk(now, info.reasoning, REASONING)
+                if record.first_token_ns == 0:
+                    record.first_token_ns = now
+                chunk_ns.append(now)
+                texts.append(info.reasoning)
+                phases.append(REASONING)
             if info.text is not None:
-                self._chunk(now, info.text, ANSWER)
+                if record.first_token_ns == 0:
+                    record.first_token_ns = now
+                chunk_ns.append(now)
+                texts.append(info.text)
+                phases.append(ANSWER)
             if info.finish_reason is not None:
                 record.finish_reason = info.finish_reason
             if info.usage is not None:
@@ -180,14 +189,6 @@ class _Stream:
         self.events.clear()
         self.event_ns.clear()
         return None
-
-    def _chunk(self, now: int, text: str, phase: int) -> None:
-        record = self.record
-        if record.first_token_ns == 0:
-            record.first_token_ns = now
-        record.chunk_ns.append(now)
-        self.texts.append(text)
-        self.phases.append(phase)
 
     def answer_text(self) -> str:
         return "".join(t for t, p in zip(self.texts, self.phases, strict=True) if p == ANSWER)
