@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pandas as pd
 import pytest
 
 from bakeoff.campaign.runner import RunTarget, execute_plan
@@ -25,7 +26,9 @@ from bakeoff.observe.telemetry import parse_prometheus
 from bakeoff.ref.options import MODEL
 from bakeoff.ref.profiles import make_profile
 from bakeoff.ref.server import build_parser
+from bakeoff.report.tables import _row, headline_table
 from bakeoff.results import metric_table
+from bakeoff.results.layout import CellResult
 from bakeoff.results.metric_table import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
 from bakeoff.results.store import read_records, write_records
@@ -268,3 +271,16 @@ def test_a_rehearsal_with_a_reasoning_parser_streams_thinking() -> None:
     assert build_parser().parse_args(argv[3:]).reasoning_tokens == REHEARSAL_REASONING_TOKENS > 0
     plain = rehearsal_argv("vllm", port=1, served_name="m")
     assert build_parser().parse_args(plain[3:]).reasoning_tokens == 0
+
+
+def test_the_headline_shows_answer_latency_only_where_runs_reasoned() -> None:
+    cell = CellResult(Path("a__chat"), {"label": "a"}, "vllm", "chat", 1, "ok", {}, {}, {})
+    plain = RequestRecord(request_id=2, start_ns=0, first_token_ns=50 * MS, chunk_ns=[50 * MS, 60 * MS], end_ns=70 * MS)
+    thinking = [reasoned_record() for _ in range(4)]
+    for r in thinking:
+        r.start_ns = 0
+    without = headline_table(pd.DataFrame([_row(cell, summarize([plain] * 4))]))
+    assert not [c for c in without.columns if c.startswith("TTFA")]
+    with_reasoning = headline_table(pd.DataFrame([_row(cell, summarize(thinking))]))
+    assert with_reasoning["TTFA P50 ms"].iloc[0] == pytest.approx(200.0)
+    assert with_reasoning["TTFT P50 ms"].iloc[0] == pytest.approx(100.0)

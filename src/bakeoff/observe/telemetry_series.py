@@ -11,7 +11,9 @@ window (after warm-up) to its end, and reads each probe in turn:
   (:func:`bakeoff.observe.telemetry.parse_prometheus` with ``only``), so a sample costs a
   fraction of a millisecond of the interpreter lock the load generator also needs;
 - the engine's processes (CPU cores used, resident memory) for local engines, and the
-  GPUs through NVML where there are any (:mod:`bakeoff.observe.hoststats`).
+  GPUs through NVML where there are any (:mod:`bakeoff.observe.hoststats`);
+- the energy counters (:mod:`bakeoff.observe.energy`, added by the runner where readable):
+  ``energy_j`` since the first sample, and the stamped readings the run's energy comes from.
 
 Each row is one sample: ``t_s`` (seconds since the window opened, monotonic clock),
 ``sample_ms`` and ``sample_cpu_ms`` (how long the sample took, and the CPU it used: the
@@ -62,6 +64,7 @@ LABELS = {
     "gpu_util_pct": "GPU utilisation %",
     "gpu_mem_used_gib": "GPU memory used (GiB)",
     "gpu_power_w": "GPU power (W)",
+    "energy_j": "energy since the window opened (J, from the counters)",
 }
 
 

@@ -228,6 +228,8 @@ class Metric:
     frame_stats: tuple[StatName, ...] = ("p50", "p90", "p99")
     headline_stats: tuple[StatName, ...] = ()
     headline: bool = False
+    # Exists only for some runs (reasoning phases): with no sample it is absent, not unsupported.
+    conditional: bool = False
 
     def stat(self, summary: RunSummary) -> Stat:
         return summary.latency.get(self.key)
@@ -252,8 +254,9 @@ def _distribution(
     better: Better = "lower",
     frame: tuple[StatName, ...] = ("p50", "p90", "p99"),
     headline: tuple[StatName, ...] = (),
+    conditional: bool = False,
 ) -> Metric:
-    return Metric(key, name, unit, definition, better, column, samples, None, frame, headline)
+    return Metric(key, name, unit, definition, better, column, samples, None, frame, headline, False, conditional)
 
 
 def _figure(
@@ -337,6 +340,7 @@ METRICS: tuple[Metric, ...] = (
         "TTFR {stat} ms",
         _reasoned(_per_request(ttfr_ms)),
         frame=("p50", "p99"),
+        conditional=True,
     ),
     _distribution(
         "ttfa_ms",
@@ -346,6 +350,7 @@ METRICS: tuple[Metric, ...] = (
         "TTFA {stat} ms",
         _reasoned(_per_request(ttfa_ms)),
         headline=("p50", "p99"),
+        conditional=True,
     ),
     _distribution(
         "ttft_from_send_ms",
@@ -391,6 +396,7 @@ METRICS: tuple[Metric, ...] = (
         "ITL-reasoning {stat} ms",
         _reasoned(_phase_gaps(REASONING)),
         frame=("p50", "p99"),
+        conditional=True,
     ),
     _distribution(
         "itl_answer_ms",
@@ -399,6 +405,7 @@ METRICS: tuple[Metric, ...] = (
         "ITL-answer {stat} ms",
         _reasoned(_phase_gaps(ANSWER)),
         frame=("p50", "p99"),
+        conditional=True,
     ),
     _distribution(
         "tpot_reasoning_ms",
@@ -408,6 +415,7 @@ METRICS: tuple[Metric, ...] = (
         "TPOT-reasoning {stat} ms",
         _reasoned(_phase_tpot(REASONING)),
         frame=("p50", "p99"),
+        conditional=True,
     ),
     _distribution(
         "tpot_answer_ms",
@@ -417,6 +425,7 @@ METRICS: tuple[Metric, ...] = (
         "TPOT-answer {stat} ms",
         _reasoned(_phase_tpot(ANSWER)),
         frame=("p50", "p99"),
+        conditional=True,
     ),
     _distribution(
         "itl_per_token_ms",
@@ -663,6 +672,8 @@ def unsupported_figures(summary: RunSummary) -> dict[str, str]:
         if metric.read is not None:
             continue
         dist = metric.stat(summary)
+        if metric.conditional and dist.n == 0 and dist.unsupported is None:
+            continue  # not a figure of this run at all (it did not reason)
         for stat in metric.frame_stats:
             if not dist.supported(stat):
                 found[f"{metric.key}_{stat}"] = "unsupported" if dist.unsupported else f"unsupported (n={dist.n})"
