@@ -59,6 +59,7 @@ def chunk(delta: dict[str, Any], usage: dict[str, Any] | None = None) -> bytes:
         ({"content": "answer", "reasoning_content": ""}, None, "answer"),  # TensorRT-LLM's answer chunk
         ({"role": None, "content": "answer", "reasoning_content": None}, None, "answer"),  # SGLang's
         ({"reasoning": "end", "content": "start"}, "end", "start"),  # the switch, in one delta
+        ({"reasoning": {"effort": "high"}, "content": "answer"}, None, "answer"),  # an object is no thinking text
     ],
 )
 def test_each_frameworks_reasoning_field_is_read(delta: dict[str, Any], reasoning: str | None, text: str) -> None:

@@ -115,8 +115,13 @@ def read_chunk(payload: bytes) -> ChunkInfo:
         # completions streams put it in text.
         if delta is not None:
             text = delta.get("content")
-            # vLLM's newer name first: where both are sent, one is a copy of the other.
-            reasoning = delta.get("reasoning") or delta.get("reasoning_content") or None
+            # vLLM's newer name first: where both are sent, one is a copy of the other. Only
+            # text counts (some gateways put an object under "reasoning").
+            reasoning = delta.get("reasoning")
+            if not isinstance(reasoning, str) or not reasoning:
+                reasoning = delta.get("reasoning_content")
+                if not isinstance(reasoning, str) or not reasoning:
+                    reasoning = None
         else:
             text = choice.get("text")
         if not text:
