@@ -36,14 +36,15 @@ def summary(
     version: str = "0.31.0",
     digest: str = "sha256:aaa",
     repeat: int = 1,
+    n: int = 200,
 ) -> RunSummary:
-    """One repeat of a run with TPOT P50 ``tpot_ms`` and ``tok_s`` output tok/s."""
+    """One repeat of a run with TPOT P50 ``tpot_ms`` and ``tok_s`` output tok/s, ``n`` requests measured."""
     return RunSummary(
-        requests=Requests(ok=200, failed=0),
+        requests=Requests(ok=n, failed=0),
         latency=Latency(
-            tpot_ms=Stat(n=200, mean=tpot_ms, p50=tpot_ms, p90=tpot_ms * 1.1, p99=tpot_ms * 1.2),
-            ttft_ms=Stat(n=200, mean=50.0, p50=50.0, p99=80.0),
-            e2e_ms=Stat(n=200, mean=1000.0, p50=1000.0, p99=1500.0),
+            tpot_ms=Stat(n=n, mean=tpot_ms, p50=tpot_ms, p90=tpot_ms * 1.1, p99=tpot_ms * 1.2),
+            ttft_ms=Stat(n=n, mean=50.0, p50=50.0, p99=80.0),
+            e2e_ms=Stat(n=n, mean=1000.0, p50=1000.0, p99=1500.0),
         ),
         throughput=Throughput(output_tok_s=tok_s, total_tok_s=tok_s * 2, req_s=tok_s / 64, window_s=30.0),
         tokens=Tokens(prompt=200 * 256, completion=200 * 64),

@@ -12,7 +12,7 @@ from bakeoff.analysis.thresholds import GATE_METRICS, QUALITY, QUALITY_PREFIX, R
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
-from bakeoff.history.compare import compare, judge
+from bakeoff.history.compare import compare, judge, render
 from bakeoff.results.layout import QUALITY_RATES
 from bakeoff.results.store import read_json
 from history_planted import T0, campaign_folder, repeats
@@ -59,18 +59,34 @@ def test_a_2_percent_change_inside_the_noise_passes(tmp_path: Path) -> None:
     old = campaign_folder(tmp_path / "old", {"a": repeats(20.0, 1000.0, noise=0.03)})
     new = campaign_folder(tmp_path / "new", {"a": repeats(20.4, 980.0, noise=0.03)})
     result = compare(new, tmp_path / "h", old)
-    assert {j.metric: j.verdict for j in result.judgements}["tpot_ms_p50"] == "within noise"
+    # Three repeats spread ±3% cannot show a 2% change is within the 5% threshold, nor beyond it.
+    tpot = {j.metric: j for j in result.judgements}["tpot_ms_p50"]
+    assert tpot.verdict == "undecided" and "repeats would tell a 5% difference" in tpot.why
     assert not result.regressions
     assert run_cli("compare", str(new), "--baseline", str(old), "--history-dir", str(tmp_path / "h")) == 0
 
 
 def test_noise_the_repeats_measured_outweighs_the_threshold(tmp_path: Path) -> None:
-    # 10 % slower, but the repeats spread +-10 %: the intervals overlap, so this is not a regression.
+    # 10 % slower, but the repeats spread +-10 %: the test cannot call it, so this is not a regression.
     old = campaign_folder(tmp_path / "old", {"a": repeats(20.0, 1000.0, noise=0.10)})
     new = campaign_folder(tmp_path / "new", {"a": repeats(22.0, 1000.0, noise=0.10)})
-    verdicts = {j.metric: j for j in compare(new, tmp_path / "h", old).judgements}
-    assert verdicts["tpot_ms_p50"].verdict == "within noise"
-    assert "intervals overlap" in verdicts["tpot_ms_p50"].why
+    result = compare(new, tmp_path / "h", old)
+    verdicts = {j.metric: j for j in result.judgements}
+    assert verdicts["tpot_ms_p50"].verdict == "undecided" and not result.regressions
+    assert "Welch t on log values" in verdicts["tpot_ms_p50"].why
+    assert verdicts["tpot_ms_p50"].change == pytest.approx(0.10, abs=0.01)
+
+
+def test_a_gate_the_sample_cannot_support_is_listed_as_not_judged(tmp_path: Path) -> None:
+    # 32 requests a run: the default e2e_ms_p99 gate cannot be judged, and the comparison says so.
+    old = campaign_folder(tmp_path / "old", {"a": repeats(20.0, 1000.0, n=32)})
+    new = campaign_folder(tmp_path / "new", {"a": repeats(20.0, 1000.0, n=32)})
+    result = compare(new, tmp_path / "h", old)
+    assert "e2e_ms_p99" not in {j.metric for j in result.judgements}
+    (line,) = [n for n in result.not_judged if "e2e_ms_p99" in n]
+    assert line.startswith("a/w/c8 e2e_ms_p99: new: P99 needs ≥100 samples per run")
+    assert not any("quality" in n for n in result.not_judged)  # no quality checked: nothing to say
+    assert "gates not judged:" in render(result)
 
 
 def test_direction_comes_from_the_metric_table() -> None:

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff.analysis.confidence import bootstrap_mean, difference, estimate
+from bakeoff.analysis.confidence import estimate
+from bakeoff.analysis.significance import decide, mean_interval
 from bakeoff.analysis.verdict import verdicts
 from bakeoff.measure.metrics import COALESCED_LIMIT, summarize
 from bakeoff.report.tables import confidence_table, verdict_section
@@ -31,22 +32,24 @@ def run(tok_s: float, *, concurrency: int = 4, repeat: int = 1, p99_ttft: float 
     )
 
 
-def test_a_tie_inside_the_noise_and_a_win_outside_it() -> None:
+def test_undecided_inside_the_noise_and_a_win_outside_it() -> None:
     noisy_a, noisy_b = [100.0, 112.0, 88.0], [103.0, 94.0, 109.0]
-    tie = difference(noisy_a, noisy_b, "higher")
-    assert tie.outcome == "tie" and tie.lo is not None and tie.hi is not None and tie.lo < 0 < tie.hi
-    win = difference([110.0, 111.0, 109.5], [100.0, 101.0, 99.5], "higher")  # a planted 10% win
-    assert win.outcome == "win" and win.relative == pytest.approx(0.1, abs=0.005)
-    assert win.lo is not None and win.lo > 0
+    unclear = decide(noisy_a, noisy_b, "higher")
+    assert unclear.outcome == "undecided" and unclear.lo is not None and unclear.hi is not None
+    assert unclear.lo < 1 < unclear.hi
+    win = decide([110.0, 111.0, 109.5], [100.0, 101.0, 99.5], "higher")  # a planted 10% win
+    assert win.outcome == "win" and win.change == pytest.approx(0.1, abs=0.005)
+    assert win.lo is not None and win.lo > 1
     # Lower is better for latency: the same numbers are then a loss for a.
-    assert difference([110.0, 111.0, 109.5], [100.0, 101.0, 99.5], "lower").outcome == "loss"
-    assert difference([110.0], [100.0], "higher").outcome == "tie"  # one repeat tells nothing from noise
+    assert decide([110.0, 111.0, 109.5], [100.0, 101.0, 99.5], "lower").outcome == "loss"
+    one = decide([110.0], [100.0], "higher")  # one repeat tells nothing from noise
+    assert one.outcome == "undecided" and one.why is not None and "≥2" in one.why
 
 
-def test_bootstrap_interval_holds_the_mean_and_needs_two_values() -> None:
-    interval = bootstrap_mean([10.0, 12.0, 11.0, 13.0])
+def test_student_t_interval_holds_the_mean_and_needs_two_values() -> None:
+    interval = mean_interval([10.0, 12.0, 11.0, 13.0])
     assert interval is not None and interval[0] < 11.5 < interval[1]
-    assert bootstrap_mean([5.0]) is None
+    assert mean_interval([5.0]) is None
 
 
 def test_a_p99_of_32_requests_is_shown_unsupported_not_as_a_number() -> None:
@@ -110,11 +113,11 @@ def test_the_verdict_names_a_planted_win_at_matched_load(tmp_path: Path) -> None
     assert "concurrency 16" in text and "a (the only server meeting the SLO there)" in text
 
 
-def test_the_verdict_calls_a_planted_tie(tmp_path: Path) -> None:
+def test_the_verdict_leaves_planted_noise_undecided(tmp_path: Path) -> None:
     folder = campaign(tmp_path, {"a": {4: [100.0, 112.0, 88.0]}, "b": {4: [103.0, 94.0, 109.0]}})
     (found,) = verdicts(folder)
-    assert found.margin is not None and found.margin.outcome == "tie"
-    assert found.outcome.startswith("tie")
+    assert found.margin is not None and found.margin.outcome == "undecided"
+    assert found.outcome.startswith("undecided")
     folder_win = campaign(tmp_path / "win", {"a": {4: [110.0, 111.0, 109.0]}, "b": {4: [100.0, 101.0, 99.0]}})
     (won,) = verdicts(folder_win)
     assert won.best == "a" and won.margin is not None and won.margin.outcome == "win" and won.outcome == "a wins"
@@ -124,7 +127,6 @@ def test_the_verdict_calls_a_planted_tie(tmp_path: Path) -> None:
 
 def test_the_headline_table_shows_an_unsupported_p99_as_such() -> None:
     from bakeoff.report.tables import _row, headline_table
-
     from bakeoff.results.layout import CellResult
 
     cell = CellResult(Path("a__sweep"), {"label": "a"}, "vllm", "sweep", 1, "ok", {}, {}, {})

@@ -61,7 +61,7 @@ def test_each_campaign_run_is_archived_once_and_indexed_with_its_provenance(tmp_
     ]
     assert rows[0][2:6] == ("sha256:aaa", "NVIDIA H200", 1, "org/model")
     assert json.loads(rows[0][6]) == {"max_num_seqs": 64}
-    # Each week's figure is the mean over its repeats with a bootstrap interval around it.
+    # Each week's figure is the mean over its repeats with a Student-t interval around it.
     _, estimates = history.query(
         root,
         "SELECT archive, value, lo, hi, repeats FROM estimates WHERE server = 'a' AND metric = 'tpot_ms_p50' "

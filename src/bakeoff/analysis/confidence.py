@@ -1,30 +1,28 @@
-"""How sure a figure is: bootstrap intervals across repeats, and wins that exceed the noise.
+"""How sure a figure is: Student-t intervals across repeats; comparing servers is :mod:`.significance`.
 
 A cell is measured ``repeats`` times (:func:`bakeoff.campaign.cells.order_repeats`); each repeat
 gives one value of every figure (its P50, P99, throughput, goodput). The figure reported is
-the mean over repeats with a percentile-bootstrap interval (numpy, a fixed seed, so a report
-renders the same twice); with one repeat there is no interval, and the report says so.
+the mean over repeats with its Student-t interval (the t distribution the comparisons use:
+a bootstrap over 2-5 values sees only their spread and is far too narrow); with one repeat
+there is no interval, and the report says so. Each estimate keeps its values by repeat
+(slot), which is what :func:`bakeoff.analysis.significance.decide` pairs.
 
 A percentile a repeat's sample cannot support (P99 of 32 requests: the largest sample
-stretched) is carried as unsupported with the reason, never as a number. A difference
-between two servers is a *win* only when the bootstrap interval of the difference of their
-means excludes 0; otherwise it is a *tie*.
+stretched) is carried as unsupported with the reason, never as a number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from bakeoff.analysis.significance import ALPHA, mean_interval
 from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.summary import STAT_LABELS, RunSummary, StatName, percentile_supported
 
-LEVEL = 0.95
-RESAMPLES = 4000
-SEED = 20240611  # fixed: the same runs give the same intervals on every render
+LEVEL = 1 - ALPHA
 
 
 @dataclass(frozen=True)
@@ -39,6 +37,8 @@ class Estimate:
     repeats: int
     samples: int | None  # fewest samples behind the statistic in any repeat (None: a run-level figure)
     unsupported: str | None = None
+    values: tuple[float, ...] = ()  # one per repeat
+    by_slot: dict[int, float] = field(default_factory=dict)  # repeat (round) -> value; empty when slots repeat
 
     @property
     def supported(self) -> bool:
@@ -56,22 +56,11 @@ class Estimate:
         return f"{self.value:,.{digits}f} [{self.lo:,.{digits}f}, {self.hi:,.{digits}f}] ({n})"
 
 
-def bootstrap_mean(values: Sequence[float], seed: int = SEED) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval (``LEVEL``) of the mean; None below two values."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    means = arr[rng.integers(0, arr.size, size=(RESAMPLES, arr.size))].mean(axis=1)
-    tail = (1.0 - LEVEL) / 2 * 100
-    lo, hi = np.percentile(means, [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
 def estimate(summaries: Sequence[RunSummary], metric: str, stat: StatName | None = None) -> Estimate:
     """``metric`` (a metric-table key) over the repeats in ``summaries``, with its interval."""
     row = BY_KEY[metric]
     values: list[float] = []
+    slots: list[int] = []
     samples: list[int] = []
     for summary in summaries:
         if row.read is None:
@@ -87,11 +76,25 @@ def estimate(summaries: Sequence[RunSummary], metric: str, stat: StatName | None
         value = row.value(summary, stat)
         if value is not None:
             values.append(value)
+            slots.append(summary.workload.repeat)
     if not values:
         return Estimate(metric, stat, None, None, None, len(summaries), min(samples, default=None))
-    interval = bootstrap_mean(values)
+    interval = mean_interval(values)
     lo, hi = interval if interval is not None else (None, None)
-    return Estimate(metric, stat, float(np.mean(values)), lo, hi, len(values), min(samples, default=None))
+    # Slots pair repeats across servers only when each names one repeat (older runs all say 1).
+    by_slot = dict(zip(slots, values, strict=True)) if len(set(slots)) == len(slots) else {}
+    return Estimate(
+        metric,
+        stat,
+        float(np.mean(values)),
+        lo,
+        hi,
+        len(values),
+        min(samples, default=None),
+        None,
+        tuple(values),
+        by_slot,
+    )
 
 
 def _needed(name: StatName) -> int:
@@ -99,48 +102,3 @@ def _needed(name: StatName) -> int:
     while not percentile_supported(name, n):
         n += 1
     return n
-
-
-Outcome = Literal["win", "tie", "loss"]
-
-
-@dataclass(frozen=True)
-class Difference:
-    """``a`` minus ``b`` (means over repeats), its interval, and whether it beats the noise."""
-
-    diff: float
-    lo: float | None
-    hi: float | None
-    relative: float | None  # diff / mean of b
-    outcome: Outcome  # for a, where ``better`` says which direction is good
-
-    def text(self, unit: str = "") -> str:
-        rel = f" ({self.relative:+.1%})" if self.relative is not None else ""
-        if self.lo is None or self.hi is None:
-            return f"{self.diff:+,.2f}{unit}{rel}, no interval (one repeat): a tie"
-        return f"{self.diff:+,.2f}{unit}{rel} [{self.lo:+,.2f}, {self.hi:+,.2f}]"
-
-
-def difference(a: Sequence[float], b: Sequence[float], better: Literal["higher", "lower"]) -> Difference:
-    """Bootstrap the difference of means, resampling each side's repeats independently.
-
-    ``win``: the interval excludes 0 on ``a``'s good side; ``loss``: on its bad side; else ``tie``.
-    Without two repeats on each side nothing can be told from the noise: always a tie.
-    """
-    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    diff = float(xa.mean() - xb.mean())
-    relative = diff / float(xb.mean()) if xb.mean() else None
-    if xa.size < 2 or xb.size < 2:
-        return Difference(diff, None, None, relative, "tie")
-    rng = np.random.default_rng(SEED)
-    ma = xa[rng.integers(0, xa.size, size=(RESAMPLES, xa.size))].mean(axis=1)
-    mb = xb[rng.integers(0, xb.size, size=(RESAMPLES, xb.size))].mean(axis=1)
-    tail = (1.0 - LEVEL) / 2 * 100
-    lo, hi = (float(v) for v in np.percentile(ma - mb, [tail, 100 - tail]))
-    sign = 1.0 if better == "higher" else -1.0
-    if lo > 0 or hi < 0:
-        good = (lo > 0) == (sign > 0)
-        outcome: Outcome = "win" if good else "loss"
-    else:
-        outcome = "tie"
-    return Difference(diff, lo, hi, relative, outcome)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from bakeoff.analysis.confidence import estimate
 from bakeoff.results.metric_table import METRICS
 from bakeoff.results.summary import RunSummary, StatName
 
@@ -84,6 +85,7 @@ class Reading:
     lo: float | None = None
     hi: float | None = None
     repeats: int | None = None
+    values: tuple[float, ...] = ()  # one per repeat: what the gate's test (bakeoff.analysis.significance) reads
 
 
 def readings(summary: RunSummary) -> dict[str, Reading]:
@@ -106,17 +108,29 @@ def readings(summary: RunSummary) -> dict[str, Reading]:
 def estimates(repeats: Sequence[RunSummary]) -> dict[str, Reading]:
     """Every gate metric over a cell's repeats: the mean and its interval (:mod:`.confidence`).
 
-    A percentile the repeats' samples cannot support is left out: it cannot be judged.
+    A percentile the repeats' samples cannot support is left out: it cannot be judged
+    (:func:`unsupported` says why).
     """
-    from bakeoff.analysis.confidence import estimate
-
     found: dict[str, Reading] = {}
     for name, gate in GATE_METRICS.items():
         if not gate.key:
             continue
         figure = estimate(repeats, gate.key, gate.stat)
         if figure.supported and figure.value is not None:
-            found[name] = Reading(figure.value, figure.lo, figure.hi, figure.repeats)
+            found[name] = Reading(figure.value, figure.lo, figure.hi, figure.repeats, figure.values)
+    return found
+
+
+def unsupported(repeats: Sequence[RunSummary], names: Sequence[str]) -> dict[str, str]:
+    """Why each of the gate metrics ``names`` has no reading over these repeats (only those without one)."""
+    found: dict[str, str] = {}
+    for name in names:
+        gate = GATE_METRICS.get(name)
+        if gate is None or not gate.key:
+            continue
+        figure = estimate(repeats, gate.key, gate.stat)
+        if not figure.supported:
+            found[name] = figure.unsupported or "not measured"
     return found
 
 
@@ -130,21 +144,22 @@ def quality_readings(quality: dict[str, Any]) -> dict[str, Reading]:
     }
 
 
-def parse_threshold(name: str, raw: object) -> float:
-    """``5%`` or 0.05 -> 0.05; anything else is a ValueError naming the metric and the fix."""
+def parse_threshold(name: str, raw: object, where: str = "regression.") -> float:
+    """``5%`` or 0.05 -> 0.05; anything else is a ValueError naming the field (``where`` + ``name``) and the fix."""
+    name = f"{where}{name}"
     if isinstance(raw, str) and raw.strip().endswith("%"):
         try:
             value = float(raw.strip()[:-1]) / 100.0
         except ValueError:
-            raise ValueError(f"regression.{name}: {raw!r} is not a percentage; write e.g. 5%") from None
+            raise ValueError(f"{name}: {raw!r} is not a percentage; write e.g. 5%") from None
     elif isinstance(raw, int | float) and not isinstance(raw, bool):
         value = float(raw)
         if value > 1:
-            raise ValueError(f"regression.{name}: {raw} reads as {value * 100:g}%; write {raw:g}% or {raw / 100:g}")
+            raise ValueError(f"{name}: {raw} reads as {value * 100:g}%; write {raw:g}% or {raw / 100:g}")
     else:
-        raise ValueError(f"regression.{name}: {raw!r} is not a threshold; write a percentage such as 5%")
+        raise ValueError(f"{name}: {raw!r} is not a threshold; write a percentage such as 5%")
     if value < 0:
-        raise ValueError(f"regression.{name}: a threshold cannot be negative ({raw})")
+        raise ValueError(f"{name}: a threshold cannot be negative ({raw})")
     return value
 
 

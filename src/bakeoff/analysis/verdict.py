@@ -7,9 +7,9 @@ For every workload (a sweep of loads: concurrency levels or request rates):
   of its requests failed;
 - the *matched load*: the highest load every server ran at which at least one met the SLO;
 - the *best* server there: highest goodput (output tok/s when the SLO sets no bound) among
-  those meeting the SLO, its *margin* over the runner-up with a bootstrap interval across
-  repeats (:mod:`bakeoff.analysis.confidence`) — a tie when the interval holds 0 — and its cost per
-  million output tokens at that load.
+  those meeting the SLO, its *margin* over the runner-up as a ratio with its interval across
+  repeats (:func:`bakeoff.analysis.significance.decide`: win, equivalent within the campaign's
+  ``min_effect``, or undecided), and its cost per million output tokens at that load.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
-from bakeoff.analysis.confidence import Difference, Estimate, difference, estimate
+from bakeoff.analysis.confidence import Estimate, estimate
+from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, decide, look_alpha, planned_looks
+from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo
 from bakeoff.results.layout import load_cells
 from bakeoff.results.summary import RunSummary
@@ -46,7 +49,7 @@ class WorkloadVerdict:
     at_load: list[ServerAtLoad]  # every server at the matched load, best first
     best: str | None
     runner_up: str | None
-    margin: Difference | None
+    margin: Decision | None
 
     @property
     def outcome(self) -> str:
@@ -54,14 +57,41 @@ class WorkloadVerdict:
             return "no server met the SLO at any load every server ran"
         if self.runner_up is None:
             return f"{self.best} (the only server meeting the SLO there)"
-        if self.margin is None or self.margin.outcome != "win":
-            return f"tie: {self.best} and {self.runner_up} differ by less than the noise"
+        if self.margin is None or self.margin.outcome == "undecided":
+            return f"undecided between {self.best} and {self.runner_up}: more repeats needed"
+        if self.margin.outcome == "equivalent":
+            return f"equivalent: {self.best} and {self.runner_up} within ±{self.margin.min_effect:.0%}"
         return f"{self.best} wins"
 
 
-def campaign_slo(campaign_dir: Path) -> Slo:
+@dataclass(frozen=True)
+class Design:
+    """How the campaign's repeats are compared: its margin, the level of each look, whether slots pair."""
+
+    min_effect: float = MIN_EFFECT
+    alpha: float = ALPHA  # per look: repeats: auto splits ALPHA over its planned looks
+    paired: bool = True  # interleaved repeats: repeat r of every server ran in round r
+
+
+def _raw(campaign_dir: Path) -> dict[str, object]:
     raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
-    return resolve_slo(Slo.model_validate(raw.get("slo") or {}))
+    return raw if isinstance(raw, dict) else {}
+
+
+def campaign_slo(campaign_dir: Path) -> Slo:
+    return resolve_slo(Slo.model_validate(_raw(campaign_dir).get("slo") or {}))
+
+
+def campaign_design(campaign_dir: Path) -> Design:
+    """The comparison a campaign's copy asks for (the spec was validated when it ran)."""
+    raw = _raw(campaign_dir)
+    effect = parse_threshold("min_effect", raw.get("min_effect", MIN_EFFECT), where="")
+    alpha = ALPHA
+    if raw.get("repeats") == "auto":
+        low, high = raw.get("min_repeats", 2), raw.get("max_repeats")
+        if isinstance(low, int) and isinstance(high, int):
+            alpha = look_alpha(ALPHA, planned_looks(low, high))
+    return Design(effect, alpha, raw.get("interleave", True) is not False)
 
 
 def _bounded(slo: Slo) -> bool:
@@ -101,7 +131,8 @@ def meets(repeats: list[RunSummary], slo: Slo) -> bool:
     return True
 
 
-def judge(workload: str, axis: str, runs: Runs, slo: Slo) -> WorkloadVerdict:
+def judge(workload: str, axis: str, runs: Runs, slo: Slo, design: Design | None = None) -> WorkloadVerdict:
+    design = design or Design()
     metric = "goodput_req_s" if _bounded(slo) else "output_tok_s"
     sustained = {
         server: max((load for load, reps in by_load.items() if meets(reps, slo)), default=None)
@@ -122,14 +153,21 @@ def judge(workload: str, axis: str, runs: Runs, slo: Slo) -> WorkloadVerdict:
     runner = contenders[1].server if len(contenders) > 1 else None
     margin = None
     if runner is not None:
-        margin = difference(_values(runs[best][matched], metric), _values(runs[runner][matched], metric), "higher")
+        margin = versus(contenders[0].figure, contenders[1].figure, "higher", design)
     return WorkloadVerdict(workload, axis, metric, sustained, matched, at_load, best, runner, margin)
 
 
-def _values(repeats: list[RunSummary], metric: str) -> list[float]:
-    from bakeoff.results.metric_table import BY_KEY
-
-    return [v for s in repeats if (v := BY_KEY[metric].value(s)) is not None]
+def versus(a: Estimate, b: Estimate, better: Literal["higher", "lower"], design: Design) -> Decision:
+    """``a`` against ``b`` over their repeats, paired by round where the campaign interleaved and both know it."""
+    paired = design.paired and bool(a.by_slot) and bool(b.by_slot)
+    return decide(
+        a.by_slot if paired else a.values,
+        b.by_slot if paired else b.values,
+        better,
+        paired=paired,
+        min_effect=design.min_effect,
+        alpha=design.alpha,
+    )
 
 
 def _cost(repeats: list[RunSummary]) -> float | None:
@@ -139,8 +177,8 @@ def _cost(repeats: list[RunSummary]) -> float | None:
 
 
 def verdicts(campaign_dir: Path) -> list[WorkloadVerdict]:
-    slo = campaign_slo(campaign_dir)
-    return [judge(wl, axis, runs, slo) for wl, (axis, runs) in sorted(collect(campaign_dir).items())]
+    slo, design = campaign_slo(campaign_dir), campaign_design(campaign_dir)
+    return [judge(wl, axis, runs, slo, design) for wl, (axis, runs) in sorted(collect(campaign_dir).items())]
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -184,8 +222,10 @@ def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
     bounds = ", ".join(f"{k} ≤ {v:g}" for k, v in named if v)
     lines = [
         f"SLO: {bounds or 'none set (every request must succeed)'}, judged on nearest-rank P99 per run, every "
-        "repeat. Figures: mean over repeats [95% bootstrap interval] (n = repeats); a difference is a win only "
-        "when its interval excludes 0.",
+        "repeat. Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of the "
+        "two servers' figures as a % change [95% interval], by Welch's t on log values (paired by round where "
+        "repeats interleave); a win is significant and at least the campaign's min_effect, equivalent lies "
+        "wholly within ±min_effect, else undecided.",
     ]
     for v in found:
         lines += ["", f"**{v.workload}** — {v.outcome}"]
@@ -194,7 +234,7 @@ def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
                 f"- matched load: {_load_text(v.axis, v.matched_load)}; chosen by {v.metric.replace('_', ' ')}"
             )
         if v.margin is not None and v.runner_up is not None:
-            lines.append(f"- margin of {v.best} over {v.runner_up}: {v.margin.text()} → {v.margin.outcome}")
+            lines.append(f"- margin of {v.best} over {v.runner_up} ({v.metric.replace('_', ' ')}): {v.margin.text()}")
         for s in v.at_load:
             cost = f", ${s.usd_per_m_tok:,.3f} per M output tokens" if s.usd_per_m_tok is not None else ""
             within = "meets the SLO" if s.meets_slo else "misses the SLO"

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.campaign.quality import QualitySpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.slo import Slo
@@ -48,7 +49,12 @@ class CampaignSpec(Strict):
     gpu: bool = False
     measure_warm_restart: bool = Field(default=True, description="start each server a second time")
     repeats: Annotated[int, Field(ge=1, le=20)] = Field(
-        default=3, description="measure every cell this many times; figures then carry bootstrap intervals"
+        default=3, description="measure every cell this many times; figures then carry Student-t intervals"
+    )
+    min_effect: float = Field(
+        default=0.05,
+        description="the practical margin of the verdict, e.g. 5%: a server wins only by at least this much, and "
+        "two whose interval lies within ±min_effect are equivalent (bakeoff.analysis.significance)",
     )
     interleave: bool = Field(
         default=True,
@@ -77,6 +83,14 @@ class CampaignSpec(Strict):
     @classmethod
     def _model_shorthand(cls, value: object) -> object:
         return model_shorthand(value)
+
+    @field_validator("min_effect", mode="before")
+    @classmethod
+    def _min_effect(cls, value: object) -> object:
+        effect = parse_threshold("min_effect", value, where="")
+        if not 0 < effect < 1:
+            raise ValueError(f"min_effect: {value!r} must lie between 0% and 100%, e.g. 5%")
+        return effect
 
     @field_validator("regression", mode="before")
     @classmethod

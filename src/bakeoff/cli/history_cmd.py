@@ -44,7 +44,8 @@ def add_history_commands(sub: Any) -> None:
     show.add_argument("--history-dir", type=Path, help=HISTORY_DIR_HELP)
 
     compare = sub.add_parser(
-        "compare", help="judge a run against its baseline: improved / regressed / within noise (exit 1 on regression)"
+        "compare",
+        help="judge a run against its baseline: improved / regressed / within noise / undecided (exit 1 on regression)",
     )
     compare.add_argument("new", help="reports/NAME, an archive NAME/STAMP, or a run folder")
     compare.add_argument(

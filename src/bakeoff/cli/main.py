@@ -26,7 +26,7 @@ Compare LLM serving frameworks with identical requests.
   bakeoff model      generate the local test model
   bakeoff history    list archived runs, or query them with SQL
   bakeoff baseline   mark the runs compare judges against
-  bakeoff compare    improved / regressed / within noise vs the baseline (exit 1 on regression)
+  bakeoff compare    improved / regressed / within noise / undecided vs the baseline (exit 1 on regression)
   bakeoff trend      render each metric over time per server and framework version
 
 Errors end as one line on stderr with exit status 2, before any server starts."""

@@ -2,14 +2,20 @@
 
 Runs are matched by server label, workload and run name (``c8``, ``r2.0``); quality rates
 by server and workload. For every gated metric (the campaign's ``regression:`` block, else
-:data:`bakeoff.analysis.thresholds.DEFAULT_REGRESSION`) present on both sides, :func:`judge` says:
+:data:`bakeoff.analysis.thresholds.DEFAULT_REGRESSION`) present on both sides, :func:`judge` says,
+where both sides have two or more repeats, with the verdict's own test
+(:func:`bakeoff.analysis.significance.decide`, Welch's t on log values, the threshold as its
+margin), so the gate's false-alarm rate is the test's level (5%):
 
-- **within noise** when the change is no larger than the metric's threshold, or when the
-  two sides' intervals across repeats overlap (a side without repeats counts as its value:
-  then the other side's interval must hold it). Noise the repeats measured outweighs a
-  threshold: a 10 % change inside wide intervals is not a regression;
-- otherwise **regressed** when the change goes the metric's worse way (TPOT up, tok/s
-  down, invalid JSON up), **improved** when it goes the better way.
+- **regressed** / **improved**: the change is significant and at least the threshold, the
+  metric's worse / better way (TPOT up, tok/s down);
+- **within noise**: the change's interval lies within ±threshold (equivalent);
+- **undecided**: neither — the repeats cannot tell; the why says what they could detect and
+  how many repeats would decide.
+
+A side with one repeat (and quality rates, which are not repeated) is judged on the threshold
+alone, and the why says so. A gate that cannot be judged (P99 unsupported by the sample, a
+metric one side lacks) is listed under :attr:`Comparison.not_judged` with the reason.
 
 Speed thresholds are relative to the baseline's value, quality thresholds are absolute
 shares (:mod:`bakeoff.analysis.thresholds`). A regression makes the command exit 1, so a pipeline
@@ -26,6 +32,7 @@ from typing import Any, Literal
 
 import yaml
 
+from bakeoff.analysis.significance import decide
 from bakeoff.analysis.thresholds import (
     GATE_METRICS,
     GateMetric,
@@ -34,6 +41,7 @@ from bakeoff.analysis.thresholds import (
     estimates,
     parse_thresholds,
     quality_readings,
+    unsupported,
 )
 from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
@@ -42,7 +50,7 @@ from bakeoff.history.index import campaign_raw, repeat_groups, run_facts
 from bakeoff.results.layout import cell_names
 from bakeoff.results.store import CELL_INFO, read_json, read_json_or_empty
 
-Verdict = Literal["improved", "regressed", "within noise"]
+Verdict = Literal["improved", "regressed", "within noise", "undecided"]
 MARKED = ("baseline", "marked")  # --baseline words for "the baseline marked per server"
 QUALITY_RUN = "quality"  # the run name quality rates are matched under
 Key = tuple[str, str, str]  # server, workload, run
@@ -77,6 +85,7 @@ class Config:
 class Side:
     readings: dict[Key, dict[str, Reading]] = field(default_factory=dict)
     configs: dict[str, Config] = field(default_factory=dict)
+    unsupported: dict[Key, dict[str, str]] = field(default_factory=dict)  # gate metric -> why it has no reading
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ def load_side(ref: Ref) -> Side:
         if ref.server is not None and key[0] != ref.server:
             continue
         side.readings[key] = estimates([r.summary for r in repeats])
+        side.unsupported[key] = unsupported([r.summary for r in repeats], list(GATE_METRICS))
         facts = run_facts(ref.folder, repeats[0], raw)
         started = facts["started_at"].isoformat(timespec="seconds") if facts["started_at"] else None
         side.configs.setdefault(
@@ -134,17 +144,21 @@ def load_side(ref: Ref) -> Side:
     return side
 
 
-def _overlap(old: Reading, new: Reading) -> bool:
-    """The repeat intervals overlap; a side without one counts as its point value."""
-    if old.lo is None and new.lo is None:
-        return False
-    a_lo, a_hi = (old.lo, old.hi) if old.lo is not None and old.hi is not None else (old.value, old.value)
-    b_lo, b_hi = (new.lo, new.hi) if new.lo is not None and new.hi is not None else (new.value, new.value)
-    return a_lo <= b_hi and b_lo <= a_hi
+_FROM_TEST: dict[str, Verdict] = {
+    "win": "improved",
+    "loss": "regressed",
+    "equivalent": "within noise",
+    "undecided": "undecided",
+}
 
 
 def judge(gate: GateMetric, threshold: float, old: Reading, new: Reading) -> tuple[Verdict, float, str]:
     """(verdict, change, why): change is relative to the old value, or absolute for quality shares."""
+    if gate.scale == "relative" and len(old.values) >= 2 and len(new.values) >= 2:
+        tested = decide(new.values, old.values, gate.better, min_effect=threshold)
+        if tested.change is not None:
+            why = f"{tested.text()} (margin: the {_pct(threshold, gate.scale)} threshold)"
+            return _FROM_TEST[tested.outcome], tested.change, why
     if gate.scale == "absolute":
         change = new.value - old.value
     elif old.value == 0:
@@ -152,12 +166,11 @@ def judge(gate: GateMetric, threshold: float, old: Reading, new: Reading) -> tup
     else:
         change = (new.value - old.value) / abs(old.value)
     worse = change > 0 if gate.better == "lower" else change < 0
+    alone = "" if gate.scale == "absolute" else "; one repeat on a side: no test against noise, the threshold alone"
     if abs(change) <= threshold + 1e-12:
-        return "within noise", change, f"within the {_pct(threshold, gate.scale)} threshold"
-    if _overlap(old, new):
-        return "within noise", change, "the repeat intervals overlap"
-    word: Verdict = "regressed" if worse else "improved"
-    return word, change, f"beyond the {_pct(threshold, gate.scale)} threshold ({gate.better} is better)"
+        return "within noise", change, f"within the {_pct(threshold, gate.scale)} threshold{alone}"
+    verdict: Verdict = "regressed" if worse else "improved"
+    return verdict, change, f"beyond the {_pct(threshold, gate.scale)} threshold ({gate.better} is better){alone}"
 
 
 def _pct(value: float, scale: str) -> str:
@@ -170,6 +183,7 @@ class Comparison:
     new: str
     judgements: list[Judgement] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)  # servers / runs with no baseline to judge against
+    not_judged: list[str] = field(default_factory=list)  # "server/workload/run metric: why" for gates left out
     rollback: dict[str, Config] = field(default_factory=dict)
 
     @property
@@ -214,6 +228,9 @@ def compare(new_ref: str | Path, root: Path, baseline_ref: str | Path | None = N
             continue
         for metric, threshold in gates.items():
             if metric not in old_readings or metric not in new_readings:
+                why = _not_judged(metric, key, old_side, new_side)
+                if why is not None:
+                    result.not_judged.append(f"{'/'.join(key)} {metric}: {why}")
                 continue
             gate = GATE_METRICS[metric]
             verdict, change, why = judge(gate, threshold, old_readings[metric], new_readings[metric])
@@ -233,6 +250,17 @@ def compare(new_ref: str | Path, root: Path, baseline_ref: str | Path | None = N
             if verdict == "regressed" and key[0] in old_side.configs:
                 result.rollback[key[0]] = old_side.configs[key[0]]
     return result
+
+
+def _not_judged(metric: str, key: Key, old: Side, new: Side) -> str | None:
+    """Why a gate has no verdict for a run; None for a quality gate of a campaign that checked no quality."""
+    if metric not in GATE_METRICS or not GATE_METRICS[metric].key:
+        return None  # quality rates: only campaigns that check quality have them
+    for side, name in ((new, "new"), (old, "baseline")):
+        why = side.unsupported.get(key, {}).get(metric)
+        if why is not None:
+            return f"{name}: {why}"
+    return "not measured on one side"
 
 
 def _value(reading: Reading) -> str:
@@ -272,8 +300,12 @@ def render(result: Comparison) -> str:
     )
     if result.unmatched:
         lines.append(f"not judged (no baseline run to match): {', '.join(result.unmatched)}")
+    if result.not_judged:
+        lines.append("gates not judged:")
+        lines += [f"  {line}" for line in result.not_judged]
     regressions = result.regressions
-    counts = {v: sum(j.verdict == v for j in result.judgements) for v in ("regressed", "improved", "within noise")}
+    verdicts = ("regressed", "improved", "within noise", "undecided")
+    counts = {v: sum(j.verdict == v for j in result.judgements) for v in verdicts}
     lines.append(", ".join(f"{n} {v}" for v, n in counts.items()))
     if regressions:
         lines.append("REGRESSION: roll back to the baseline's configuration:")
@@ -304,5 +336,6 @@ def as_json(result: Comparison) -> dict[str, Any]:
             for j in result.judgements
         ],
         "unmatched": result.unmatched,
+        "not_judged": result.not_judged,
         "rollback": {server: vars(config) for server, config in result.rollback.items()},
     }

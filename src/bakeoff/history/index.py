@@ -20,7 +20,7 @@ runs        one row per run: run_id, archive, campaign, server, backend, framewo
 metrics     run_id, metric, value, lo, hi (an interval the summary itself carries), repeats,
             better ('higher' / 'lower' / NULL): every figure of the metric table, per repeat
 estimates   archive, campaign, server, workload, run, metric, value (mean over the repeats), lo,
-            hi (its bootstrap interval, bakeoff.analysis.confidence), repeats, better: every gate metric
+            hi (its Student-t interval, bakeoff.analysis.confidence), repeats, better: every gate metric
 quality     archive, campaign, server, workload, metric, value: a cell's quality.json rates
 baselines   campaign, server, archive, set_at (bakeoff baseline set)
 run_metrics runs joined with metrics (a view)

@@ -430,7 +430,7 @@ def verdict_section(campaign_dir: Path) -> str:
 
 
 def confidence_table(campaign_dir: Path) -> pd.DataFrame:
-    """Every headline figure per server and load with n and its bootstrap interval across repeats."""
+    """Every headline figure per server and load with n and its Student-t interval across repeats."""
     from bakeoff.analysis import verdict
 
     return pd.DataFrame(verdict.figures_table(campaign_dir))

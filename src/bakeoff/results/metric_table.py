@@ -607,8 +607,9 @@ _STATISTICS_NOTE = (
     "nearest-rank percentiles over successful, measured requests (closed loop: those inside the steady-state "
     "window), each with its n; failures are counted by kind. A percentile needs at least one sample beyond it "
     "(P99: n ≥ 100) to be more than the largest sample: below that it is shown as unsupported, not as a "
-    "number. Across repeats each figure carries a 95% bootstrap interval; a difference between servers is a "
-    "win only when its interval excludes 0, else a tie.",
+    "number. Across repeats each figure carries a 95% Student-t interval; servers are compared by the ratio of "
+    "their figures (Welch's t on log values, paired by round where repeats interleave): a win is significant "
+    "and at least min_effect, equivalent lies within ±min_effect, else undecided.",
 )
 
 
