@@ -86,15 +86,19 @@ def test_coalesced_chunks_mark_itl_and_tpot_unsupported() -> None:
     assert estimate([summary], "tpot_ms", "p50").text().startswith("unsupported: chunks coalesced")
 
 
-def campaign(tmp_path: Path, runs: dict[str, dict[int, list[float]]]) -> Path:
-    """server -> concurrency -> output tok/s of each repeat, as a campaign folder."""
+def campaign(
+    tmp_path: Path, runs: dict[str, dict[int, list[float]]], backends: dict[str, str] | None = None, **spec: object
+) -> Path:
+    """server -> concurrency -> output tok/s of each repeat, as a campaign folder (backend x unless named)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"name": "t", "slo": {"ttft_ms": 500}}))
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"name": "t", "slo": {"ttft_ms": 500}, **spec}))
     for server, by_level in runs.items():
         for level, values in by_level.items():
             for repeat, tok_s in enumerate(values, start=1):
                 folder = tmp_path / "cells" / (f"{server}__sweep" + (f"__r{repeat}" if repeat > 1 else ""))
-                write_json(folder / "cell.json", {"server": {"label": server}, "backend": "x", "workload": "sweep"})
+                backend = (backends or {}).get(server, "x")
+                info = {"server": {"label": server}, "backend": backend, "workload": "sweep", "repeat": repeat}
+                write_json(folder / "cell.json", info)
                 slow = 900.0 if level == 16 and server == "b" else 100.0  # b misses the SLO at 16
                 summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow)
                 write_summary(folder / "runs" / f"c{level}" / "summary.json", summary)
@@ -108,21 +112,52 @@ def test_the_verdict_names_a_planted_win_at_matched_load(tmp_path: Path) -> None
     )
     (found,) = verdicts(folder)
     assert found.sustained == {"a": 16.0, "b": 4.0}
-    assert found.matched_load == 16.0 and found.best == "a" and found.runner_up is None  # only a meets it there
+    assert found.matched_load == 16.0 and found.best == "a"
+    assert found.matched is not None and [s.server for s in found.matched.contenders] == ["a"]  # only a meets it
     text = verdict_section(folder)
     assert "concurrency 16" in text and "a (the only server meeting the SLO there)" in text
+    assert "b: misses the SLO" in text
+    # At concurrency 4 both meet it, and a's 10% lead over b is a win there: a winner per load regime.
+    assert found.levels[4.0].winner == "a" and "concurrency 4: a wins" in text
 
 
 def test_the_verdict_leaves_planted_noise_undecided(tmp_path: Path) -> None:
     folder = campaign(tmp_path, {"a": {4: [100.0, 112.0, 88.0]}, "b": {4: [103.0, 94.0, 109.0]}})
     (found,) = verdicts(folder)
-    assert found.margin is not None and found.margin.outcome == "undecided"
+    assert found.matched is not None
+    other = found.matched.standings[1].against_best
+    assert other is not None and other.outcome == "undecided" and other.method == "paired t on log ratios"
     assert found.outcome.startswith("undecided")
+    text = verdict_section(folder)
+    assert f"{other.needed} repeats would tell a 5% difference" in text and "3 repeats detect a" in text
     folder_win = campaign(tmp_path / "win", {"a": {4: [110.0, 111.0, 109.0]}, "b": {4: [100.0, 101.0, 99.0]}})
     (won,) = verdicts(folder_win)
-    assert won.best == "a" and won.margin is not None and won.margin.outcome == "win" and won.outcome == "a wins"
+    assert won.best == "a" and won.outcome == "a wins"
     table = confidence_table(folder_win)
     assert set(table["server"]) == {"a", "b"} and table["goodput req/s"].str.contains(r"\[.*\] \(n=3\)").all()
+
+
+def test_every_server_stands_against_the_best_and_each_framework_against_the_best_framework(tmp_path: Path) -> None:
+    # a and b are the same server (within 1%); c, another framework, is 22% slower.
+    runs = {
+        "a": {4: [100.0, 104.0, 98.0, 102.0]},
+        "b": {4: [101.0, 103.0, 98.5, 101.5]},
+        "c": {4: [78.0, 81.0, 76.5, 79.5]},
+    }
+    folder = campaign(tmp_path, runs, {"a": "vllm-cpu", "b": "vllm-cpu", "c": "llama-cpp"}, min_effect="5%")
+    (found,) = verdicts(folder)
+    level = found.levels[4.0]
+    stand = {s.server: s.against_best for s in level.standings}
+    assert stand["b"] is not None and stand["b"].outcome in ("equivalent", "undecided")  # never a win between twins
+    assert stand["c"] is not None and stand["c"].outcome == "loss"
+    assert stand["c"].change == pytest.approx(-0.22, abs=0.02)
+    assert level.winner is None and found.outcome.startswith(("a, b equivalent", "undecided"))
+    text = verdict_section(folder)
+    first = text.splitlines()[:2]
+    assert first[0].startswith("**Which framework**")
+    assert first[1].startswith("- sweep, concurrency 4: vllm-cpu (") and "llama-cpp (c) -2" in first[1]
+    assert "→ loss" in first[1] and "goodput req/s" in first[1]
+    assert "c: -2" in text and "goodput req/s vs a" in text
 
 
 def test_the_headline_table_shows_an_unsupported_p99_as_such() -> None:

@@ -106,9 +106,16 @@ def test_cpu_bandwidth_is_measured_once_then_cached(monkeypatch: pytest.MonkeyPa
     assert again.gbs == first.gbs and "cached" in again.source and not calls
 
 
-def test_repeats_of_a_level_are_one_point_at_their_median() -> None:
-    rows = [("a", 4, 300.0, 70.0), ("a", 4, 330.0, 80.0), ("a", 4, 360.0, 60.0), ("b", 4, 100.0, 10.0)]
+def test_repeats_of_a_level_are_one_point_at_their_mean_as_in_the_verdict() -> None:
+    rows = [("a", 4, 300.0, 70.0), ("a", 4, 330.0, 80.0), ("a", 4, 390.0, 60.0), ("b", 4, 100.0, 10.0)]
     pts = pareto.points(frame(rows), {})
     assert len(pts) == 2
     a = pts[pts["server"] == "a"].iloc[0]
-    assert (a[pareto.X], a[pareto.Y]) == (70.0, 330.0)
+    assert (a[pareto.X], a[pareto.Y]) == (70.0, 340.0)
+
+
+def test_points_equivalent_within_the_margin_are_equals_on_the_front() -> None:
+    # Two identical servers 1-2% apart on each axis: both on the front; a third 20% behind is not.
+    pts = pareto.points(frame([("a", 4, 300.0, 70.0), ("b", 4, 303.0, 71.0), ("c", 4, 240.0, 56.0)]), {})
+    assert set(pareto.front(pts)["server"]) == {"a", "b"}
+    assert set(pareto.front(pts, margin=0.0)["server"]) == {"b"}  # without the margin noise decides

@@ -3,9 +3,12 @@
 Serving trades the two: batching more requests raises the total tokens a GPU produces
 per second and lowers the tokens each user sees per second. Every load level of every
 server is one point — x: interactivity, tok/s per user (P50, = 1000 / TPOT P50); y:
-output tok/s per GPU (per machine on CPU: the whole machine is the unit). A point is on
-the front when no other point of the workload is at least as good on both axes and
-better on one; the front is what a team chooses along, whatever framework it comes from.
+output tok/s per GPU (per machine on CPU: the whole machine is the unit). A point is the
+mean over its repeats on each axis (the statistic the verdict uses). A point is on the front
+when no other point of the workload is at least as good on both axes and better on one by
+more than the campaign's practical margin (``min_effect``, :mod:`bakeoff.analysis.significance`):
+points equivalent within the noise are equals, so two identical servers are both on the front.
+The front is what a team chooses along, whatever framework it comes from.
 
 GPUs per server: ``tensor_parallel_size`` (default 1) times ``data_parallel_size`` when
 a backend exposes it; a CPU server is one machine.
@@ -21,6 +24,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import pandas as pd
+
+from bakeoff.analysis.significance import MIN_EFFECT
 
 X = "tok_s_per_user"
 Y = "tok_s_per_unit"
@@ -58,20 +63,25 @@ def points(frame: pd.DataFrame, server_units: Mapping[str, int], axis: Axis = "t
             Y: data[column].astype(float) / per,
         }
     )
-    # Repeats of a level are one point: their median on each axis.
+    # Repeats of a level are one point: their mean on each axis, as in the verdict.
     return out.groupby(["workload", "server", "level"], as_index=False).agg(
-        run=("run", "first"), **{X: (X, "median"), Y: (Y, "median")}
+        run=("run", "first"), **{X: (X, "mean"), Y: (Y, "mean")}
     )[["workload", "server", "run", "level", X, Y]]
 
 
-def front(pts: pd.DataFrame) -> pd.DataFrame:
-    """The non-dominated points (higher is better on both axes), ordered by interactivity."""
+def front(pts: pd.DataFrame, margin: float = MIN_EFFECT) -> pd.DataFrame:
+    """The non-dominated points (higher is better on both axes), ordered by interactivity.
+
+    A point dominates another only when it is at least as good on both axes and better on one
+    by more than ``margin`` (a share): a gap inside the margin is noise, not a trade-off.
+    """
     if pts.empty:
         return pts
     xs, ys = pts[X].to_numpy(), pts[Y].to_numpy()
     keep = []
     for i in range(len(pts)):
-        dominated = ((xs >= xs[i]) & (ys >= ys[i]) & ((xs > xs[i]) | (ys > ys[i]))).any()
+        beyond = (xs > xs[i] * (1 + margin)) | (ys > ys[i] * (1 + margin))
+        dominated = ((xs >= xs[i]) & (ys >= ys[i]) & beyond).any()
         keep.append(not dominated)
     return pts[keep].sort_values(X).reset_index(drop=True)
 

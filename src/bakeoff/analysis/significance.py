@@ -208,13 +208,17 @@ class Decision:
             parts.append(f"{self.needed} repeats would tell a {self.min_effect:.0%} difference")
         return "; ".join(parts)
 
-    def text(self) -> str:
-        """The whole sentence: change [interval] (method, n, p) -> outcome, with the evidence when undecided."""
+    def text(self, unit: str = "", against: str | None = None) -> str:
+        """``-18.0% [-25.1%, -10.2%] goodput req/s vs a (Welch t on log values, n=3 vs 3, p=0.002) → loss``.
+
+        Undecided and equivalent outcomes add what the repeats could tell.
+        """
         if self.why is not None:
             return f"{self.outcome}: {self.why}"
+        what = "".join((f" {unit}" if unit else "", f" vs {against}" if against else ""))
         how = f"{self.method}, n={self.n_a} vs {self.n_b}, p={self.p:.2g}" if self.p is not None else ""
-        text = f"{self.interval_text()} ({how}) → {self.outcome}"
-        if self.outcome == "undecided":
+        text = f"{self.interval_text()}{what} ({how}) → {self.outcome}"
+        if self.outcome in ("undecided", "equivalent"):
             text += f": {self.evidence()}"
         return text
 

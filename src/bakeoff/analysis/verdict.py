@@ -1,21 +1,30 @@
-"""The verdict a report opens with: per workload, which server to pick under the campaign's SLO.
+"""The verdict a report opens with: which server, and which framework, to pick for which load.
 
 For every workload (a sweep of loads: concurrency levels or request rates):
 
 - the highest load each server *sustains*: every repeat of that run met the SLO (nearest-rank
   P99 of each bounded metric within its bound, :func:`bakeoff.measure.slo.run_meets_slo`) and none
   of its requests failed;
-- the *matched load*: the highest load every server ran at which at least one met the SLO;
-- the *best* server there: highest goodput (output tok/s when the SLO sets no bound) among
-  those meeting the SLO, its *margin* over the runner-up as a ratio with its interval across
-  repeats (:func:`bakeoff.analysis.significance.decide`: win, equivalent within the campaign's
-  ``min_effect``, or undecided), and its cost per million output tokens at that load.
+- at *every* load every server ran (a load regime), the whole ranking: the best server there
+  (highest goodput, or output tok/s when the SLO sets no bound, among those meeting the SLO)
+  and every other server's standing against it — *equivalent* within the campaign's
+  ``min_effect``, *undecided* (with the difference the repeats could detect and the repeats
+  that would decide), or *loses* by X% [interval] — by
+  :func:`bakeoff.analysis.significance.decide` (Welch's t on log values, paired by round where
+  repeats interleave). The level's *winner* is the best server only when it beats every other;
+- the *matched load*: the highest load every server ran at which at least one met the SLO,
+  the headline of the workload;
+- per level, the *framework verdict*: the best configuration of each backend against the best
+  of the other backends (a framework is not judged by its worst setting);
+- the cost per million output tokens of each server at the matched load.
+
+Every margin names its figure and unit (``-18.0% goodput req/s``: a relative change).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -26,42 +35,110 @@ from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, decide, l
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo
 from bakeoff.results.layout import load_cells
+from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.summary import RunSummary
 
 Runs = dict[str, dict[float, list[RunSummary]]]  # server -> load -> one summary per repeat
 
 
 @dataclass(frozen=True)
-class ServerAtLoad:
+class Standing:
+    """One server at one load: its figure, whether it met the SLO, and how it stands against the best there."""
+
     server: str
+    backend: str
     meets_slo: bool
     figure: Estimate  # goodput (or output tok/s) with its interval
     usd_per_m_tok: float | None
+    against_best: Decision | None = None  # this server / the best; None for the best and for SLO misses
+
+    def text(self, best: str, unit: str) -> str:
+        if not self.meets_slo:
+            return f"{self.server}: misses the SLO ({self.figure.text(2)} {unit})"
+        if self.against_best is None:
+            return f"{self.server}: {self.figure.text(2)} {unit} — best"
+        return f"{self.server}: {self.against_best.text(unit, best)}"
+
+
+@dataclass(frozen=True)
+class LevelVerdict:
+    """Every server at one load, best first (those meeting the SLO, by their figure, then the rest)."""
+
+    load: float
+    standings: list[Standing]
+    min_effect: float
+
+    @property
+    def best(self) -> str | None:
+        first = self.standings[0] if self.standings else None
+        return first.server if first is not None and first.meets_slo else None
+
+    @property
+    def contenders(self) -> list[Standing]:
+        return [s for s in self.standings if s.meets_slo]
+
+    @property
+    def winner(self) -> str | None:
+        """The best server when it beats every other one that met the SLO (or is the only one)."""
+        others = self.contenders[1:]
+        if self.best is None or any(s.against_best is None or s.against_best.outcome != "loss" for s in others):
+            return None
+        return self.best
+
+    def outcome(self) -> str:
+        if self.best is None:
+            return "no server met the SLO"
+        others = self.contenders[1:]
+        if not others:
+            return f"{self.best} (the only server meeting the SLO there)"
+        if self.winner is not None:
+            return f"{self.best} wins"
+        equal = [s.server for s in others if s.against_best is not None and s.against_best.outcome == "equivalent"]
+        unclear = [s.server for s in others if s.against_best is None or s.against_best.outcome != "loss"]
+        unclear = [u for u in unclear if u not in equal]
+        if not unclear:
+            return f"{', '.join([self.best, *equal])} equivalent (within ±{self.min_effect:.0%}), no single winner"
+        return f"undecided: {self.best} leads, {', '.join(unclear)} not told apart from it"
+
+
+@dataclass(frozen=True)
+class FrameworkVerdict:
+    """At one load: each backend's best configuration against the best backend's."""
+
+    load: float
+    best: Standing | None  # the best configuration of the best backend
+    others: list[Standing]  # each other backend's best configuration, its against_best vs ``best``
+    missing: list[str]  # backends with no configuration meeting the SLO there
 
 
 @dataclass(frozen=True)
 class WorkloadVerdict:
     workload: str
     axis: str  # "concurrency" or "rate"
-    metric: str  # the figure the best server is chosen by
+    metric: str  # the figure servers are ranked by
     sustained: dict[str, float | None]  # server -> highest load within the SLO
     matched_load: float | None
-    at_load: list[ServerAtLoad]  # every server at the matched load, best first
-    best: str | None
-    runner_up: str | None
-    margin: Decision | None
+    levels: dict[float, LevelVerdict]  # every load every server ran
+    frameworks: dict[float, FrameworkVerdict]  # per load, when servers span two or more backends
+
+    @property
+    def unit(self) -> str:
+        row = BY_KEY[self.metric]
+        return f"{row.name} {row.unit}" if row.unit not in row.name else row.name
+
+    @property
+    def matched(self) -> LevelVerdict | None:
+        return self.levels.get(self.matched_load) if self.matched_load is not None else None
+
+    @property
+    def best(self) -> str | None:
+        return self.matched.best if self.matched is not None else None
 
     @property
     def outcome(self) -> str:
-        if self.best is None:
+        if self.matched is None:
             return "no server met the SLO at any load every server ran"
-        if self.runner_up is None:
-            return f"{self.best} (the only server meeting the SLO there)"
-        if self.margin is None or self.margin.outcome == "undecided":
-            return f"undecided between {self.best} and {self.runner_up}: more repeats needed"
-        if self.margin.outcome == "equivalent":
-            return f"equivalent: {self.best} and {self.runner_up} within ±{self.margin.min_effect:.0%}"
-        return f"{self.best} wins"
+        return self.matched.outcome()
 
 
 @dataclass(frozen=True)
@@ -107,10 +184,12 @@ def _load(summary: RunSummary) -> tuple[str, float] | None:
     return None
 
 
-def collect(campaign_dir: Path) -> dict[str, tuple[str, Runs]]:
-    """workload -> (load axis, server -> load -> repeats); rehearsals and interrupted runs left out."""
+def collect(campaign_dir: Path) -> tuple[dict[str, tuple[str, Runs]], dict[str, str]]:
+    """(workload -> (load axis, server -> load -> repeats), server -> backend); rehearsals, interrupted runs out."""
     found: dict[str, tuple[str, Runs]] = {}
+    backends: dict[str, str] = {}
     for cell in load_cells(campaign_dir):
+        backends[cell.label] = cell.backend
         for summary in cell.summaries.values():
             load = _load(summary)
             if load is None or summary.rehearsal or summary.interrupted:
@@ -118,7 +197,7 @@ def collect(campaign_dir: Path) -> dict[str, tuple[str, Runs]]:
             axis, value = load
             runs: Runs = found.setdefault(cell.workload, (axis, defaultdict(lambda: defaultdict(list))))[1]
             runs[cell.label][value].append(summary)
-    return found
+    return found, backends
 
 
 def meets(repeats: list[RunSummary], slo: Slo) -> bool:
@@ -131,30 +210,67 @@ def meets(repeats: list[RunSummary], slo: Slo) -> bool:
     return True
 
 
-def judge(workload: str, axis: str, runs: Runs, slo: Slo, design: Design | None = None) -> WorkloadVerdict:
+def judge(
+    workload: str,
+    axis: str,
+    runs: Runs,
+    slo: Slo,
+    design: Design | None = None,
+    backends: dict[str, str] | None = None,
+) -> WorkloadVerdict:
     design = design or Design()
+    backends = backends or {}
     metric = "goodput_req_s" if _bounded(slo) else "output_tok_s"
     sustained = {
         server: max((load for load, reps in by_load.items() if meets(reps, slo)), default=None)
         for server, by_load in sorted(runs.items())
     }
     common = set.intersection(*(set(by_load) for by_load in runs.values())) if runs else set()
-    passing = [load for load in common if any(meets(by_load[load], slo) for by_load in runs.values())]
+    levels: dict[float, LevelVerdict] = {}
+    frameworks: dict[float, FrameworkVerdict] = {}
+    for load in sorted(common):
+        standings = [
+            Standing(
+                server,
+                backends.get(server, "?"),
+                meets(by_load[load], slo),
+                estimate(by_load[load], metric),
+                _cost(by_load[load]),
+            )
+            for server, by_load in sorted(runs.items())
+        ]
+        standings.sort(key=lambda s: (not s.meets_slo, -(s.figure.value or 0.0)))
+        levels[load] = LevelVerdict(load, _against(standings, design), design.min_effect)
+        if len({s.backend for s in standings}) > 1:
+            frameworks[load] = _frameworks(load, standings, design)
+    passing = [load for load, level in levels.items() if level.best is not None]
     matched = max(passing, default=None)
-    if matched is None:
-        return WorkloadVerdict(workload, axis, metric, sustained, None, [], None, None, None)
-    at_load = [
-        ServerAtLoad(server, meets(by_load[matched], slo), estimate(by_load[matched], metric), _cost(by_load[matched]))
-        for server, by_load in runs.items()
+    return WorkloadVerdict(workload, axis, metric, sustained, matched, levels, frameworks)
+
+
+def _against(standings: list[Standing], design: Design) -> list[Standing]:
+    """The standings with each SLO-meeting server's decision against the first (the best)."""
+    if not standings or not standings[0].meets_slo:
+        return standings
+    best = standings[0]
+    return [best] + [
+        replace(s, against_best=versus(s.figure, best.figure, "higher", design)) if s.meets_slo else s
+        for s in standings[1:]
     ]
-    at_load.sort(key=lambda s: (not s.meets_slo, -(s.figure.value or 0.0)))
-    contenders = [s for s in at_load if s.meets_slo]
-    best = contenders[0].server
-    runner = contenders[1].server if len(contenders) > 1 else None
-    margin = None
-    if runner is not None:
-        margin = versus(contenders[0].figure, contenders[1].figure, "higher", design)
-    return WorkloadVerdict(workload, axis, metric, sustained, matched, at_load, best, runner, margin)
+
+
+def _frameworks(load: float, standings: list[Standing], design: Design) -> FrameworkVerdict:
+    """Each backend's best configuration (standings are best first) against the best backend's."""
+    firsts: dict[str, Standing] = {}
+    for s in standings:
+        if s.meets_slo:
+            firsts.setdefault(s.backend, replace(s, against_best=None))
+    missing = sorted({s.backend for s in standings} - set(firsts))
+    tops = list(firsts.values())
+    if not tops:
+        return FrameworkVerdict(load, None, [], missing)
+    ranked = _against(tops, design)
+    return FrameworkVerdict(load, ranked[0], ranked[1:], missing)
 
 
 def versus(a: Estimate, b: Estimate, better: Literal["higher", "lower"], design: Design) -> Decision:
@@ -178,7 +294,8 @@ def _cost(repeats: list[RunSummary]) -> float | None:
 
 def verdicts(campaign_dir: Path) -> list[WorkloadVerdict]:
     slo, design = campaign_slo(campaign_dir), campaign_design(campaign_dir)
-    return [judge(wl, axis, runs, slo, design) for wl, (axis, runs) in sorted(collect(campaign_dir).items())]
+    found, backends = collect(campaign_dir)
+    return [judge(wl, axis, runs, slo, design, backends) for wl, (axis, runs) in sorted(found.items())]
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -214,31 +331,54 @@ def _load_text(axis: str, load: float | None) -> str:
     return f"concurrency {load:g}" if axis == "concurrency" else f"{load:g} req/s"
 
 
+def _framework_line(v: WorkloadVerdict, load: float, fw: FrameworkVerdict) -> str:
+    where = f"{v.workload}, {_load_text(v.axis, load)}"
+    if fw.best is None:
+        return f"- {where}: no framework met the SLO"
+    parts = [f"{fw.best.backend} ({fw.best.server}) is best by {v.unit}"]
+    for s in fw.others:
+        d = s.against_best
+        if d is None:
+            continue
+        parts.append(f"{s.backend} ({s.server}) {d.text(v.unit)}")
+    parts += [f"{b} misses the SLO" for b in fw.missing]
+    return f"- {where}: " + "; ".join(parts)
+
+
 def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
-    """The verdict section: one block per workload, each figure with its interval and n."""
+    """The verdict section: the framework verdict first, then per workload every level's whole ranking."""
     if not found:
         return "No sweep (concurrency levels or request rates) to judge: no verdict."
     named = (("TTFT ms", slo.ttft_ms), ("TTFA ms", slo.ttfa_ms), ("TPOT ms", slo.tpot_ms), ("E2E ms", slo.e2e_ms))
     bounds = ", ".join(f"{k} ≤ {v:g}" for k, v in named if v)
-    lines = [
+    lines: list[str] = []
+    framework_lines = [_framework_line(v, load, fw) for v in found for load, fw in v.frameworks.items()]
+    if framework_lines:
+        lines += ["**Which framework** (each framework's best configuration against the best one, per load):"]
+        lines += framework_lines
+        lines.append("")
+    lines.append(
         f"SLO: {bounds or 'none set (every request must succeed)'}, judged on nearest-rank P99 per run, every "
-        "repeat. Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of the "
-        "two servers' figures as a % change [95% interval], by Welch's t on log values (paired by round where "
-        "repeats interleave); a win is significant and at least the campaign's min_effect, equivalent lies "
-        "wholly within ±min_effect, else undecided.",
-    ]
+        "repeat. Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of a "
+        "server's figure to the best one's as a % change [95% interval], by Welch's t on log values (paired by "
+        "round where repeats interleave); a win is significant and at least the campaign's min_effect, "
+        "equivalent lies wholly within ±min_effect, else undecided."
+    )
     for v in found:
-        lines += ["", f"**{v.workload}** — {v.outcome}"]
-        if v.matched_load is not None:
-            lines.append(
-                f"- matched load: {_load_text(v.axis, v.matched_load)}; chosen by {v.metric.replace('_', ' ')}"
-            )
-        if v.margin is not None and v.runner_up is not None:
-            lines.append(f"- margin of {v.best} over {v.runner_up} ({v.metric.replace('_', ' ')}): {v.margin.text()}")
-        for s in v.at_load:
-            cost = f", ${s.usd_per_m_tok:,.3f} per M output tokens" if s.usd_per_m_tok is not None else ""
-            within = "meets the SLO" if s.meets_slo else "misses the SLO"
-            lines.append(f"- {s.server}: {s.figure.text(2)}, {within}{cost}")
+        lines += ["", f"**{v.workload}** — at the matched load ({_load_text(v.axis, v.matched_load)}): {v.outcome}"]
+        if v.levels:
+            regimes = "; ".join(f"{_load_text(v.axis, load)}: {lv.outcome()}" for load, lv in v.levels.items())
+            lines.append(f"- winner per load: {regimes}")
+        for load, level in v.levels.items():
+            if not level.standings:
+                continue
+            lines.append(f"- at {_load_text(v.axis, load)}, ranked by {v.unit} (higher is better):")
+            best = level.best or level.standings[0].server
+            for s in level.standings:
+                cost = ""
+                if load == v.matched_load and s.usd_per_m_tok is not None:
+                    cost = f", ${s.usd_per_m_tok:,.3f} per M output tokens"
+                lines.append(f"  - {s.text(best, v.unit)}{cost}")
         sustained = "; ".join(f"{srv} {_load_text(v.axis, load)}" for srv, load in v.sustained.items())
         lines.append(f"- highest load sustained within the SLO: {sustained}")
     return "\n".join(lines)
@@ -247,7 +387,7 @@ def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
 def figures_table(campaign_dir: Path) -> list[dict[str, object]]:
     """Rows (workload, server, run) x every headline figure as 'mean [lo, hi] (n)' or why it is unsupported."""
     rows: list[dict[str, object]] = []
-    for wl, (axis, runs) in sorted(collect(campaign_dir).items()):
+    for wl, (axis, runs) in sorted(collect(campaign_dir)[0].items()):
         figures = _figures([s for by_load in runs.values() for reps in by_load.values() for s in reps])
         for server, by_load in sorted(runs.items()):
             for load, repeats in sorted(by_load.items()):
