@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from bakeoff.analysis.confidence import estimate
 from bakeoff.analysis.significance import decide, mean_interval
@@ -14,22 +13,9 @@ from bakeoff.analysis.verdict import verdicts
 from bakeoff.measure.metrics import COALESCED_LIMIT, summarize
 from bakeoff.report.tables import confidence_table, verdict_section
 from bakeoff.results.records import RequestRecord
-from bakeoff.results.store import write_json, write_summary
-from bakeoff.results.summary import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
+from verdict_planted import campaign, run
 
 MS = 1_000_000
-
-
-def run(tok_s: float, *, concurrency: int = 4, repeat: int = 1, p99_ttft: float = 100.0, n: int = 200) -> RunSummary:
-    ttft = Stat(n=n, mean=50.0, p50=50.0, p99=p99_ttft)
-    return RunSummary(
-        requests=Requests(ok=n, failed=0),
-        latency=Latency(ttft_ms=ttft, tpot_ms=Stat(n=n, p50=10.0, p99=12.0)),
-        throughput=Throughput(output_tok_s=tok_s, total_tok_s=tok_s, req_s=tok_s / 10, window_s=10.0),
-        tokens=Tokens(prompt=0, completion=0),
-        slo=SloResult(ttft_ms=500.0, met=n, attainment=1.0, goodput_req_s=tok_s / 10),
-        workload=WorkloadInfo(run=f"c{concurrency}", mode="closed", concurrency=concurrency, repeat=repeat),
-    )
 
 
 def test_undecided_inside_the_noise_and_a_win_outside_it() -> None:
@@ -84,25 +70,6 @@ def test_coalesced_chunks_mark_itl_and_tpot_unsupported() -> None:
         assert not summary.latency.get(key).supported("p50")
     assert summary.latency.ttft_ms.unsupported is None and summary.latency.ttft_ms.p50 == pytest.approx(100.0)
     assert estimate([summary], "tpot_ms", "p50").text().startswith("unsupported: chunks coalesced")
-
-
-def campaign(
-    tmp_path: Path, runs: dict[str, dict[int, list[float]]], backends: dict[str, str] | None = None, **spec: object
-) -> Path:
-    """server -> concurrency -> output tok/s of each repeat, as a campaign folder (backend x unless named)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"name": "t", "slo": {"ttft_ms": 500}, **spec}))
-    for server, by_level in runs.items():
-        for level, values in by_level.items():
-            for repeat, tok_s in enumerate(values, start=1):
-                folder = tmp_path / "cells" / (f"{server}__sweep" + (f"__r{repeat}" if repeat > 1 else ""))
-                backend = (backends or {}).get(server, "x")
-                info = {"server": {"label": server}, "backend": backend, "workload": "sweep", "repeat": repeat}
-                write_json(folder / "cell.json", info)
-                slow = 900.0 if level == 16 and server == "b" else 100.0  # b misses the SLO at 16
-                summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow)
-                write_summary(folder / "runs" / f"c{level}" / "summary.json", summary)
-    return tmp_path
 
 
 def test_the_verdict_names_a_planted_win_at_matched_load(tmp_path: Path) -> None:

@@ -34,8 +34,9 @@ from bakeoff.analysis.confidence import Estimate, estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, decide, look_alpha, planned_looks
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo
-from bakeoff.results.layout import load_cells
+from bakeoff.results.layout import AUTO_REPEATS, load_cells
 from bakeoff.results.metric_table import BY_KEY
+from bakeoff.results.store import read_json_or_empty
 from bakeoff.results.summary import RunSummary
 
 Runs = dict[str, dict[float, list[RunSummary]]]  # server -> load -> one summary per repeat
@@ -298,6 +299,27 @@ def verdicts(campaign_dir: Path) -> list[WorkloadVerdict]:
     return [judge(wl, axis, runs, slo, design, backends) for wl, (axis, runs) in sorted(found.items())]
 
 
+def undecided(found: list[WorkloadVerdict]) -> list[str]:
+    """Every comparison not decided yet, as ``workload at load: server vs best`` (what ``repeats: auto`` waits on)."""
+    out = []
+    for v in found:
+        for load, level in v.levels.items():
+            for s in level.standings:
+                if s.against_best is not None and not s.against_best.decided:
+                    out.append(f"{v.workload} at {_load_text(v.axis, load)}: {s.server} vs {level.best}")
+    return out
+
+
+def auto_repeats_note(campaign_dir: Path) -> str | None:
+    """How ``repeats: auto`` ended: the rounds it ran and why it stopped; None for fixed repeats."""
+    found = read_json_or_empty(campaign_dir / AUTO_REPEATS)
+    if not found:
+        return None
+    note = f"Repeats: auto — {found.get('rounds')} round(s) of at most {found.get('max_repeats')}: {found.get('why')}"
+    left = found.get("undecided") or []
+    return note + (f" (still undecided: {'; '.join(left)})" if left else "") + "."
+
+
 # --- rendering ------------------------------------------------------------------------------
 
 _FIGURES: tuple[tuple[str, str, str | None], ...] = (
@@ -345,7 +367,7 @@ def _framework_line(v: WorkloadVerdict, load: float, fw: FrameworkVerdict) -> st
     return f"- {where}: " + "; ".join(parts)
 
 
-def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
+def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = None) -> str:
     """The verdict section: the framework verdict first, then per workload every level's whole ranking."""
     if not found:
         return "No sweep (concurrency levels or request rates) to judge: no verdict."
@@ -364,6 +386,7 @@ def markdown(found: list[WorkloadVerdict], slo: Slo) -> str:
         "round where repeats interleave); a win is significant and at least the campaign's min_effect, "
         "equivalent lies wholly within ±min_effect, else undecided."
     )
+    lines += [f"\n{note}" for note in notes or []]
     for v in found:
         lines += ["", f"**{v.workload}** — at the matched load ({_load_text(v.axis, v.matched_load)}): {v.outcome}"]
         if v.levels:

@@ -59,13 +59,14 @@ class Cell:
 
 
 def order_repeats(cells: list[Cell], repeats: int, interleave: bool) -> list[Cell]:
-    """Every cell ``repeats`` times: repeat 1 of all cells, then repeat 2, ... (or each cell's back to back).
+    """Every cell ``repeats`` times: round 1 of all cells, then round 2, ... (or each cell's back to back).
 
     Interleaved, a slow drift of the machine (heat, page cache, a neighbour) spreads over
-    every server instead of landing on whichever ran last.
+    every server instead of landing on whichever ran last, and the order is counterbalanced:
+    even rounds run the cells in reverse (a b / b a / a b), so no server always runs first.
     """
     if interleave:
-        return [replace(c, repeat=r) for r in range(1, repeats + 1) for c in cells]
+        return [replace(c, repeat=r) for r in range(1, repeats + 1) for c in (cells if r % 2 else cells[::-1])]
     return [replace(c, repeat=r) for c in cells for r in range(1, repeats + 1)]
 
 
@@ -146,7 +147,7 @@ def expand(
     check_kv_dtypes(kv_dtypes)
     if spec.quality is not None:
         quality.check_spec(spec.quality)
-    return order_repeats(cells, spec.repeats, spec.interleave)
+    return order_repeats(cells, spec.planned_repeats, spec.interleave)
 
 
 def validate_campaign(path: Path) -> list[Cell]:

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bakeoff.analysis import verdict
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
-from bakeoff.campaign.specs import load_campaign
+from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.history.archive import archive_after_run
 from bakeoff.measure.client import ClientSettings, TokenCounter
@@ -32,7 +33,7 @@ from bakeoff.notebook.htmlexport import export_html
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.paths import notebook, notebook_kernel, reports_dir
-from bakeoff.results.layout import CAMPAIGN_COPY, is_rehearsal
+from bakeoff.results.layout import AUTO_REPEATS, CAMPAIGN_COPY, is_rehearsal
 from bakeoff.results.store import CELL_INFO, SUMMARY, read_summary, write_json, write_summary
 from bakeoff.results.summary import Cost, Effort, RunSummary
 from bakeoff.serving import launchers
@@ -127,7 +128,7 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
         if spec.measure_warm_restart and repeat > 1:
             # A later repeat's start found the caches a first start filled: it is the warm restart.
             effort["warm_restart_s"] = effort.get("cold_start_s")
-        elif spec.measure_warm_restart and spec.repeats == 1:
+        elif spec.measure_warm_restart and spec.planned_repeats == 1:
             # A cache restart already was a warm restart: no extra one to time.
             effort["warm_restart_s"] = (
                 restarts[0]["start_s"] if restarts else _time_restart(cell, source, spec.model.served_name, cell_dir)
@@ -285,7 +286,7 @@ def run_campaign(
     progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells])
     with kernel_environment():
         try:
-            _run_cells(cells, out, failures, progress)
+            _run_cells(cells, out, failures, progress, spec)
         except KeyboardInterrupt:
             print(
                 f"interrupted: finished cells and requests are kept in {out}; run the same command again "
@@ -305,46 +306,83 @@ def run_campaign(
     return report
 
 
-def _run_cells(cells: list[Cell], out: Path, failures: list[str], progress: CampaignProgress) -> None:
+def round_ends(cells: list[Cell], index: int) -> bool:
+    """Cell ``index`` is the last of its interleaved round."""
+    return index + 1 == len(cells) or cells[index + 1].repeat != cells[index].repeat
+
+
+def auto_stop(out: Path, spec: CampaignSpec, finished_round: int) -> bool:
+    """``repeats: auto`` after a round: test every comparison; record and say whether to stop."""
+    if spec.repeats != "auto" or finished_round < spec.min_repeats:
+        return False
+    left = verdict.undecided(verdict.verdicts(out))
+    last = finished_round >= spec.planned_repeats
+    if left and not last:
+        print(f"repeats: auto — after round {finished_round}: {len(left)} comparison(s) undecided", flush=True)
+        return False
+    why = "max_repeats reached" if left else "every verdict decided"
+    write_json(
+        out / AUTO_REPEATS,
+        {"rounds": finished_round, "max_repeats": spec.planned_repeats, "why": why, "undecided": left},
+    )
+    print(f"repeats: auto — stopping after round {finished_round}: {why}", flush=True)
+    return True
+
+
+def _run_cells(
+    cells: list[Cell], out: Path, failures: list[str], progress: CampaignProgress, spec: CampaignSpec
+) -> None:
+    (out / AUTO_REPEATS).unlink(missing_ok=True)
+    stopped: int | None = None
+    for index, cell in enumerate(cells):
+        if stopped is not None:
+            progress.skip(index, cell.cell_id, f"repeats: auto stopped after round {stopped}")
+            continue
+        _run_one(cells, index, out, failures, progress)
+        if round_ends(cells, index) and auto_stop(out, spec, cell.repeat):
+            stopped = cell.repeat
+
+
+def _run_one(cells: list[Cell], index: int, out: Path, failures: list[str], progress: CampaignProgress) -> None:
     import papermill
     from nbclient.exceptions import DeadKernelError
 
-    for index, cell in enumerate(cells):
-        cell_dir = out / "cells" / cell.cell_id
-        verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
-        line = ""
-        if verdict.state == "complete":
-            progress.skip(index, cell.cell_id, verdict.reason)
-            continue
-        if verdict.state != "new":
-            kept = resume.archive_attempt(cell_dir, verdict.reason)
-            where = f" (the earlier attempt is kept in {kept.relative_to(out)})" if kept else ""
-            line += f": {verdict.reason}; measuring it again{where}"
-        cell_dir.mkdir(parents=True, exist_ok=True)
-        progress.start(index, cell.cell_id, line)
-        try:
-            kernelrun.execute(
-                notebook("bench.ipynb"),
-                cell_dir / "bench.ipynb",
-                {
-                    "campaign_dir": str(out),
-                    "server_label": cell.server.label,
-                    "workload_name": cell.workload.label,
-                    "repeat": cell.repeat,
-                    # The campaign measures; the same notebook opened later only shows the runs.
-                    "measure": True,
-                },
-                cell_dir,
-                kernel_name=notebook_kernel(),
-            )
-        except papermill.PapermillExecutionError as exc:
-            failures.append(cell.cell_id)
-            progress.end(cell.cell_id, False, f"{exc.ename}: {str(exc.evalue)[:300]}")
-        except DeadKernelError:
-            failures.append(cell.cell_id)
-            progress.end(cell.cell_id, False, "its notebook kernel died")
-        else:
-            progress.end(cell.cell_id, True, cell_result(cell_dir))
+    cell = cells[index]
+    cell_dir = out / "cells" / cell.cell_id
+    state = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
+    line = ""
+    if state.state == "complete":
+        progress.skip(index, cell.cell_id, state.reason)
+        return
+    if state.state != "new":
+        kept = resume.archive_attempt(cell_dir, state.reason)
+        where = f" (the earlier attempt is kept in {kept.relative_to(out)})" if kept else ""
+        line += f": {state.reason}; measuring it again{where}"
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    progress.start(index, cell.cell_id, line)
+    try:
+        kernelrun.execute(
+            notebook("bench.ipynb"),
+            cell_dir / "bench.ipynb",
+            {
+                "campaign_dir": str(out),
+                "server_label": cell.server.label,
+                "workload_name": cell.workload.label,
+                "repeat": cell.repeat,
+                # The campaign measures; the same notebook opened later only shows the runs.
+                "measure": True,
+            },
+            cell_dir,
+            kernel_name=notebook_kernel(),
+        )
+    except papermill.PapermillExecutionError as exc:
+        failures.append(cell.cell_id)
+        progress.end(cell.cell_id, False, f"{exc.ename}: {str(exc.evalue)[:300]}")
+    except DeadKernelError:
+        failures.append(cell.cell_id)
+        progress.end(cell.cell_id, False, "its notebook kernel died")
+    else:
+        progress.end(cell.cell_id, True, cell_result(cell_dir))
 
 
 def render_report(out: Path, failures: list[str] | None = None) -> Path:

@@ -33,7 +33,9 @@ def rehearsal_spec(spec: CampaignSpec) -> CampaignSpec:
     model = ModelRef.model_validate({**fields, "preset": REHEARSAL_PRESET})
     workloads = [wl.for_rehearsal() for wl in spec.workloads]
     # One repeat: a rehearsal proves the path, it has no noise worth an interval.
-    return spec.model_copy(update={"model": model, "workloads": workloads, "measure_warm_restart": True, "repeats": 1})
+    return spec.model_copy(
+        update={"model": model, "workloads": workloads, "measure_warm_restart": True, "repeats": 1, "max_repeats": None}
+    )
 
 
 def write_marker(out_dir: Path, source: Path, spec: CampaignSpec) -> None:

@@ -48,8 +48,16 @@ class CampaignSpec(Strict):
     slo: Slo = Field(default_factory=Slo)
     gpu: bool = False
     measure_warm_restart: bool = Field(default=True, description="start each server a second time")
-    repeats: Annotated[int, Field(ge=1, le=20)] = Field(
-        default=3, description="measure every cell this many times; figures then carry Student-t intervals"
+    repeats: Annotated[int, Field(ge=1, le=20)] | Literal["auto"] = Field(
+        default=3,
+        description="measure every cell this many times (figures then carry Student-t intervals); auto: "
+        "rounds of every cell from min_repeats until every verdict is decided or max_repeats is reached",
+    )
+    min_repeats: Annotated[int, Field(ge=2, le=20)] = Field(
+        default=2, description="repeats: auto — rounds measured before the first test"
+    )
+    max_repeats: Annotated[int, Field(ge=2, le=20)] | None = Field(
+        default=None, description="repeats: auto — the most rounds; each test then runs at 5% / the planned looks"
     )
     min_effect: float = Field(
         default=0.05,
@@ -106,6 +114,27 @@ class CampaignSpec(Strict):
             if isinstance(wl, OpenLoop) and wl.slo_search and not bounded:
                 raise ValueError(f"workloads[{i}].slo_search needs an slo: set slo.preset or its bounds")
         return self
+
+    @model_validator(mode="after")
+    def _auto_repeats(self) -> CampaignSpec:
+        if self.repeats != "auto":
+            if self.max_repeats is not None:
+                raise ValueError("max_repeats applies to repeats: auto; remove it or set repeats: auto")
+            return self
+        if self.max_repeats is None:
+            raise ValueError("repeats: auto needs max_repeats (the most rounds it may run), e.g. max_repeats: 8")
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be at least min_repeats ({self.min_repeats})")
+        if not self.interleave:
+            raise ValueError("repeats: auto tests after each round of every server; it needs interleave: true")
+        return self
+
+    @property
+    def planned_repeats(self) -> int:
+        """The most repeats a cell may get: ``repeats``, or ``max_repeats`` when auto."""
+        if self.repeats == "auto":
+            return self.max_repeats or self.min_repeats
+        return self.repeats
 
     @model_validator(mode="after")
     def _unique(self) -> CampaignSpec:

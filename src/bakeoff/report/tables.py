@@ -426,7 +426,8 @@ def verdict_section(campaign_dir: Path) -> str:
     if is_rehearsal(campaign_dir):
         # Its runs are left out of every verdict; "no sweep" would read as a missing workload.
         return "Rehearsal: no verdict is drawn. Every server was a reference-server stand-in, not a framework."
-    return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir))
+    notes = [n for n in (verdict.auto_repeats_note(campaign_dir),) if n is not None]
+    return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir), notes)
 
 
 def confidence_table(campaign_dir: Path) -> pd.DataFrame:

@@ -23,6 +23,7 @@ QUALITY_FILE = "quality.json"
 # The rates a quality check reports, in the order the report shows them.
 QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement")
 REHEARSAL_MARKER = "rehearsal.json"
+AUTO_REPEATS = "repeats.json"  # repeats: auto — rounds run and why they stopped (bakeoff.campaign.execute)
 REHEARSAL_BANNER = (
     "**REHEARSAL — not a measurement.** Every server in this report is the reference server "
     "emulating a framework's wire protocol, not the framework: the figures test bakeoff's GPU path "
