@@ -14,12 +14,21 @@ from bakeoff.results.store import write_json, write_summary
 from bakeoff.results.summary import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
 
 
-def run(tok_s: float, *, concurrency: int = 4, repeat: int = 1, p99_ttft: float = 100.0, n: int = 200) -> RunSummary:
+def run(
+    tok_s: float,
+    *,
+    concurrency: int = 4,
+    repeat: int = 1,
+    p99_ttft: float = 100.0,
+    n: int = 200,
+    e2e_p50: float = 1000.0,
+) -> RunSummary:
     """One repeat of a closed-loop run: ``tok_s`` output tok/s, goodput a tenth of it, TTFT P99 ``p99_ttft``."""
     ttft = Stat(n=n, mean=50.0, p50=50.0, p99=p99_ttft)
+    e2e = Stat(n=n, mean=e2e_p50, p50=e2e_p50, p99=e2e_p50 * 1.2)
     return RunSummary(
         requests=Requests(ok=n, failed=0),
-        latency=Latency(ttft_ms=ttft, tpot_ms=Stat(n=n, p50=10.0, p99=12.0)),
+        latency=Latency(ttft_ms=ttft, tpot_ms=Stat(n=n, p50=10.0, p99=12.0), e2e_ms=e2e),
         throughput=Throughput(output_tok_s=tok_s, total_tok_s=tok_s, req_s=tok_s / 10, window_s=10.0),
         tokens=Tokens(prompt=0, completion=0),
         slo=SloResult(ttft_ms=500.0, met=n, attainment=1.0, goodput_req_s=tok_s / 10),

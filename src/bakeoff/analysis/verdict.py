@@ -310,6 +310,21 @@ def undecided(found: list[WorkloadVerdict]) -> list[str]:
     return out
 
 
+def saturation_notes(campaign_dir: Path) -> list[str]:
+    """Where each sweep stopped raising the load and why, with the levels skipped (not missing)."""
+    notes = []
+    for cell in load_cells(campaign_dir):
+        stop = cell.info.get("saturation")
+        if not isinstance(stop, dict) or not stop.get("skipped"):
+            continue
+        notes.append(
+            f"Sweep {cell.workload}, {cell.label} (repeat {cell.repeat}): stopped raising the load after "
+            f"{stop.get('after')} ({stop.get('why')}; every server had saturated by that level); skipped, not "
+            f"missing: {', '.join(stop['skipped'])}."
+        )
+    return notes
+
+
 def auto_repeats_note(campaign_dir: Path) -> str | None:
     """How ``repeats: auto`` ended: the rounds it ran and why it stopped; None for fixed repeats."""
     found = read_json_or_empty(campaign_dir / AUTO_REPEATS)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bakeoff.analysis import verdict
+from bakeoff.analysis import saturation, verdict
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.cold_cache import CellServer
@@ -26,7 +27,7 @@ from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.history.archive import archive_after_run
 from bakeoff.measure.client import ClientSettings, TokenCounter
 from bakeoff.measure.metrics import cost_per_million_tokens, energy_cost_per_million_tokens
-from bakeoff.measure.slo import Slo, resolve_slo, search_max_rate
+from bakeoff.measure.slo import resolve_slo, search_max_rate
 from bakeoff.models.model_source import ModelSource, resolve_model
 from bakeoff.notebook import kernelrun
 from bakeoff.notebook.htmlexport import export_html
@@ -114,7 +115,7 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
                     if "server" not in effort:
                         handle, launch = server.current()
                         effort.update(_static_effort(cell, launch, handle))
-                    _run_plans(cell, spec.slo, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
+                    _run_plans(cell, spec, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
                     if spec.quality is not None:  # after the speed runs, on the same server
                         settings = client_settings(cell, server.current()[0], tokenizer.count)
                         info["quality"] = quality.measure_cell(spec.quality, settings, cell_dir, cell.cell_id)["rates"]
@@ -168,7 +169,7 @@ def client_settings(cell: Cell, handle: ServerHandle, count_tokens: TokenCounter
 
 def _run_plans(
     cell: Cell,
-    campaign_slo: Slo,
+    spec: CampaignSpec,
     plans: list[RunPlan],
     count_tokens: TokenCounter,
     server: CellServer,
@@ -179,9 +180,11 @@ def _run_plans(
 ) -> None:
     """Every plan of the cell against the ready server, then the SLO search if asked for.
 
-    Plans already in ``summaries`` ran on an earlier start of this cell and are skipped.
+    Plans already in ``summaries`` ran on an earlier start of this cell and are skipped. A load
+    sweep stops raising the load once every server has saturated (:mod:`bakeoff.analysis.saturation`);
+    the levels left out are recorded as skipped in ``info["saturation"]``, with where and why.
     """
-    slo = resolve_slo(campaign_slo)
+    slo = resolve_slo(spec.slo)
 
     def execute(plan: RunPlan) -> RunSummary:
         cache = server.prepare(plan)  # may restart the server: take the handle after it
@@ -197,13 +200,55 @@ def _run_plans(
         summaries[plan.name] = result
         return result
 
-    for plan in plans:
-        if plan.name not in summaries:
-            execute(plan)
+    def stop_here(result: RunSummary, below: RunSummary | None, level: float) -> str | None:
+        why = saturation.saturation(result, below, slo) if spec.stop_at_saturation else None
+        if why is None or not _everyone_saturated(cell, spec, cell_dir.parent.parent, level):
+            return None
+        return why
+
+    stopped = run_sweep(plans, summaries, execute, stop_here)
+    if stopped is not None:
+        info["saturation"] = stopped
     wl = cell.workload
     if isinstance(wl, OpenLoop) and wl.slo_search:
-        tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None}
+        tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None and p.name in summaries}
         info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
+
+
+def run_sweep(
+    plans: list[RunPlan],
+    summaries: dict[str, Any],
+    execute: Callable[[RunPlan], RunSummary],
+    stop_here: Callable[[RunSummary, RunSummary | None, float], str | None],
+) -> dict[str, Any] | None:
+    """Run ``plans`` in order (those in ``summaries`` ran already); stop raising the load where ``stop_here`` says.
+
+    ``stop_here(run, run at the level below, level)`` gives why the sweep may stop after this
+    level. Plans without a load (conversations, traces) always run. Returns where and why it
+    stopped with the plans skipped, or None when every plan ran.
+    """
+    below: RunSummary | None = None
+    stopped: dict[str, Any] | None = None
+    for plan in plans:
+        level = plan.concurrency if plan.mode == "closed" else plan.rate if plan.mode == "open" else None
+        if stopped is not None and level is not None:
+            stopped["skipped"].append(plan.name)
+            continue
+        result = summaries[plan.name] if plan.name in summaries else execute(plan)
+        if level is None:
+            continue
+        why = stop_here(result, below, float(level))
+        below = result
+        if why is not None:
+            stopped = {"after": plan.name, "why": why, "skipped": []}
+    return stopped if stopped is not None and stopped["skipped"] else None
+
+
+def _everyone_saturated(cell: Cell, spec: CampaignSpec, campaign_dir: Path, load: float) -> bool:
+    """Every other server of the campaign saturated on this workload at or below ``load`` (earlier cells)."""
+    runs = verdict.collect(campaign_dir)[0].get(cell.workload.label, ("", {}))[1]
+    servers = [s.label for s in spec.servers]
+    return saturation.sweep_may_stop(runs, servers, cell.server.label, load, resolve_slo(spec.slo))
 
 
 def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> dict[str, Any]:

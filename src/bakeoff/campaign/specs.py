@@ -69,6 +69,11 @@ class CampaignSpec(Strict):
         description="run repeat 1 of every cell, then repeat 2, ... so drift (heat, a filling disk cache) "
         "favours no server; false: each cell's repeats back to back. Every repeat starts its server afresh",
     )
+    stop_at_saturation: bool = Field(
+        default=True,
+        description="a load sweep stops raising the load once every server missed the SLO (or over-saturated: "
+        "throughput flat while latency climbs) at a level; the levels above are reported as skipped",
+    )
     start_attempts: Annotated[int, Field(ge=1, le=5)] = Field(default=2, description="tries per server start")
     energy_usd_per_kwh: Annotated[float, Field(ge=0)] | None = Field(
         default=None, description="electricity price: adds measured energy's cost per million output tokens"

@@ -427,6 +427,7 @@ def verdict_section(campaign_dir: Path) -> str:
         # Its runs are left out of every verdict; "no sweep" would read as a missing workload.
         return "Rehearsal: no verdict is drawn. Every server was a reference-server stand-in, not a framework."
     notes = [n for n in (verdict.auto_repeats_note(campaign_dir),) if n is not None]
+    notes += verdict.saturation_notes(campaign_dir)
     return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir), notes)
 
 
