@@ -11,7 +11,8 @@ from bakeoff.analysis.confidence import estimate
 from bakeoff.analysis.significance import decide, mean_interval
 from bakeoff.analysis.verdict import verdicts
 from bakeoff.measure.metrics import COALESCED_LIMIT, summarize
-from bakeoff.report.tables import confidence_table, verdict_section
+from bakeoff.observe.hoststats import HostWindow, host_load
+from bakeoff.report.tables import confidence_table, noise_table, verdict_section
 from bakeoff.results.records import RequestRecord
 from verdict_planted import campaign, run
 
@@ -139,3 +140,24 @@ def test_the_headline_table_shows_an_unsupported_p99_as_such() -> None:
     assert table[p99].iloc[0] == "unsupported (n=32)"
     assert table[p99].iloc[1] == pytest.approx(100.0)  # 200 requests do support a P99
     assert table[p50].iloc[0] == pytest.approx(50.0)
+
+
+def test_a_run_on_a_busy_host_is_flagged_in_the_verdict_and_noise_is_a_figure(tmp_path: Path) -> None:
+    window = HostWindow()
+    window.start()
+    quiet = host_load(window.stop(), engine_cores=None, client_cores=None)
+    assert not quiet.busy and quiet.cpus >= 1  # an engine's CPU unknown: never judged busy
+    loaded = host_load({"busy_cores": 3.4, "loadavg_1m": 5.9}, engine_cores=1.4, client_cores=0.6)
+    assert loaded.busy and loaded.other_cores == pytest.approx(1.4)
+    assert loaded.note is not None and "other processes used 1.4 of" in loaded.note
+    runs = {"a": {4: [100.0, 104.0, 98.0]}, "b": {4: [101.0, 103.0, 86.0]}}
+    folder = campaign(tmp_path, runs, busy={("b", 3): loaded})
+    (found,) = verdicts(folder)
+    b = next(s for s in found.levels[4.0].standings if s.server == "b")
+    assert b.busy == (f"repeat 3: {loaded.note}",)
+    text = verdict_section(folder)
+    assert "⚠ host busy — repeat 3: other processes used 1.4" in text
+    assert "(unreliable: 1 run(s) measured on a busy host)" in text
+    noise = noise_table(folder)
+    a_cv = noise.loc[noise["server"] == "a", "CV goodput req/s"].iloc[0]
+    assert a_cv == f"{pd.Series([100.0, 104.0, 98.0]).std() / 100.667:.1%}"

@@ -325,6 +325,9 @@ def test_a_short_run_is_flagged_and_planned_lengths_are_stored(ref_url: str, tmp
     assert (short.count, short.share, short.tokens_missing) == (6, 1.0, 42)
     assert short.warning is not None and "6 of 6 requests ended before their planned max_tokens" in short.warning
     assert [r.max_tokens for r in read_records(tmp_path / RECORDS_PARQUET)] == [12] * 6
+    # The host's CPU over the window is recorded; no engine process was followed, so it is not judged busy.
+    assert summary.host is not None and summary.host.cpus >= 1 and not summary.host.busy
+    assert summary.host.busy_cores is not None and summary.host.engine_cores is None
     assert read_json(tmp_path / RUN_INFO)["client"]["min_tokens"] is False
 
 

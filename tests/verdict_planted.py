@@ -11,7 +11,17 @@ from pathlib import Path
 import yaml
 
 from bakeoff.results.store import write_json, write_summary
-from bakeoff.results.summary import Latency, Requests, RunSummary, SloResult, Stat, Throughput, Tokens, WorkloadInfo
+from bakeoff.results.summary import (
+    HostLoad,
+    Latency,
+    Requests,
+    RunSummary,
+    SloResult,
+    Stat,
+    Throughput,
+    Tokens,
+    WorkloadInfo,
+)
 
 
 def run(
@@ -22,6 +32,7 @@ def run(
     p99_ttft: float = 100.0,
     n: int = 200,
     e2e_p50: float = 1000.0,
+    host: HostLoad | None = None,
 ) -> RunSummary:
     """One repeat of a closed-loop run: ``tok_s`` output tok/s, goodput a tenth of it, TTFT P99 ``p99_ttft``."""
     ttft = Stat(n=n, mean=50.0, p50=50.0, p99=p99_ttft)
@@ -33,13 +44,21 @@ def run(
         tokens=Tokens(prompt=0, completion=0),
         slo=SloResult(ttft_ms=500.0, met=n, attainment=1.0, goodput_req_s=tok_s / 10),
         workload=WorkloadInfo(run=f"c{concurrency}", mode="closed", concurrency=concurrency, repeat=repeat),
+        host=host,
     )
 
 
 def campaign(
-    tmp_path: Path, runs: dict[str, dict[int, list[float]]], backends: dict[str, str] | None = None, **spec: object
+    tmp_path: Path,
+    runs: dict[str, dict[int, list[float]]],
+    backends: dict[str, str] | None = None,
+    busy: dict[tuple[str, int], HostLoad] | None = None,
+    **spec: object,
 ) -> Path:
-    """server -> concurrency -> output tok/s of each repeat, as a campaign folder (backend x unless named)."""
+    """server -> concurrency -> output tok/s of each repeat, as a campaign folder (backend x unless named).
+
+    ``busy``: (server, repeat) -> the host load that run was measured under.
+    """
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"name": "t", "slo": {"ttft_ms": 500}, **spec}))
     for server, by_level in runs.items():
@@ -50,6 +69,7 @@ def campaign(
                 info = {"server": {"label": server}, "backend": backend, "workload": "sweep", "repeat": repeat}
                 write_json(folder / "cell.json", info)
                 slow = 900.0 if level == 16 and server == "b" else 100.0  # b misses the SLO at 16
-                summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow)
+                host = (busy or {}).get((server, repeat))
+                summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow, host=host)
                 write_summary(folder / "runs" / f"c{level}" / "summary.json", summary)
     return tmp_path

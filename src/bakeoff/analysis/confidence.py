@@ -41,6 +41,13 @@ class Estimate:
     by_slot: dict[int, float] = field(default_factory=dict)  # repeat (round) -> value; empty when slots repeat
 
     @property
+    def cv(self) -> float | None:
+        """Run-to-run noise: the coefficient of variation across repeats (None below two)."""
+        if len(self.values) < 2 or not self.value:
+            return None
+        return float(np.std(self.values, ddof=1)) / abs(self.value)
+
+    @property
     def supported(self) -> bool:
         return self.unsupported is None and self.value is not None
 

@@ -52,13 +52,15 @@ class Standing:
     figure: Estimate  # goodput (or output tok/s) with its interval
     usd_per_m_tok: float | None
     against_best: Decision | None = None  # this server / the best; None for the best and for SLO misses
+    busy: tuple[str, ...] = ()  # repeats measured on a busy host, each with what took the CPU
 
     def text(self, best: str, unit: str) -> str:
+        host = f" ⚠ host busy — {'; '.join(self.busy)}" if self.busy else ""
         if not self.meets_slo:
-            return f"{self.server}: misses the SLO ({self.figure.text(2)} {unit})"
+            return f"{self.server}: misses the SLO ({self.figure.text(2)} {unit}){host}"
         if self.against_best is None:
-            return f"{self.server}: {self.figure.text(2)} {unit} — best"
-        return f"{self.server}: {self.against_best.text(unit, best)}"
+            return f"{self.server}: {self.figure.text(2)} {unit} — best{host}"
+        return f"{self.server}: {self.against_best.text(unit, best)}{host}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,11 @@ class LevelVerdict:
         return self.best
 
     def outcome(self) -> str:
+        busy = sum(len(s.busy) for s in self.standings)
+        text = self._outcome()
+        return f"{text} (unreliable: {busy} run(s) measured on a busy host)" if busy else text
+
+    def _outcome(self) -> str:
         if self.best is None:
             return "no server met the SLO"
         others = self.contenders[1:]
@@ -237,6 +244,7 @@ def judge(
                 meets(by_load[load], slo),
                 estimate(by_load[load], metric),
                 _cost(by_load[load]),
+                busy=_busy(by_load[load]),
             )
             for server, by_load in sorted(runs.items())
         ]
@@ -284,6 +292,13 @@ def versus(a: Estimate, b: Estimate, better: Literal["higher", "lower"], design:
         paired=paired,
         min_effect=design.min_effect,
         alpha=design.alpha,
+    )
+
+
+def _busy(repeats: list[RunSummary]) -> tuple[str, ...]:
+    """The repeats measured on a busy host (:class:`bakeoff.results.summary.HostLoad`), with the reason."""
+    return tuple(
+        f"repeat {s.workload.repeat}: {s.host.note or 'busy'}" for s in repeats if s.host is not None and s.host.busy
     )
 
 
@@ -420,6 +435,22 @@ def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = N
         sustained = "; ".join(f"{srv} {_load_text(v.axis, load)}" for srv, load in v.sustained.items())
         lines.append(f"- highest load sustained within the SLO: {sustained}")
     return "\n".join(lines)
+
+
+def noise_table(campaign_dir: Path) -> list[dict[str, object]]:
+    """Run-to-run noise: per (workload, server, load) the coefficient of variation across repeats of each figure."""
+    rows: list[dict[str, object]] = []
+    for wl, (axis, runs) in sorted(collect(campaign_dir)[0].items()):
+        for server, by_load in sorted(runs.items()):
+            for load, repeats in sorted(by_load.items()):
+                if len(repeats) < 2:
+                    continue
+                row: dict[str, object] = {"workload": wl, "server": server, axis: load, "repeats": len(repeats)}
+                for label, metric, stat in _FIGURES:
+                    cv = estimate(repeats, metric, stat).cv  # type: ignore[arg-type]
+                    row[f"CV {label}"] = f"{cv:.1%}" if cv is not None else "-"
+                rows.append(row)
+    return rows
 
 
 def figures_table(campaign_dir: Path) -> list[dict[str, object]]:

@@ -28,6 +28,7 @@ from bakeoff.measure.multiload import Spreader
 from bakeoff.measure.slo import Slo, run_meets_slo
 from bakeoff.observe import origin
 from bakeoff.observe.energy import EnergyMeter, energy_meter
+from bakeoff.observe.hoststats import HostWindow, host_load
 from bakeoff.observe.telemetry import (
     CacheReset,
     Snapshot,
@@ -58,6 +59,7 @@ from bakeoff.results.store import (
 )
 from bakeoff.results.summary import (
     CacheResetResult,
+    ClientLoad,
     Energy,
     PrefixCache,
     Provenance,
@@ -156,6 +158,16 @@ def _snapshot(target: RunTarget) -> Snapshot:
     return scrape(base_url, backend, headers=target.headers)
 
 
+def _mean_cores(series: list[dict[str, float | None]]) -> float | None:
+    """A local engine's mean CPU over the window, from its process probe's readings."""
+    cores = [c for row in series if (c := row.get("cpu_cores")) is not None]
+    return sum(cores) / len(cores) if cores else None
+
+
+def _client_cores(client: ClientLoad | None) -> float | None:
+    return sum(client.cpu_util) if client is not None and client.cpu_util else None
+
+
 def execute_plan(
     plan: RunPlan, target: RunTarget, run_dir: Path, *, cache_state: CacheReset | None = None, repeat: int = 1
 ) -> RunSummary:
@@ -180,11 +192,13 @@ def execute_plan(
     else:
         telemetry_notes.append(energy_note)
     sampler = Sampler(probes, target.telemetry_interval_s)
+    host = HostWindow()
 
     def measure_start() -> None:
         # After warm-up: server counters must cover what cached_tokens_ratio covers.
         snapshots["before"] = _snapshot(target)
         sampler.start()  # the series covers the measured window only
+        host.start()
 
     started = dt.datetime.now(dt.UTC).isoformat()
     interrupted = False
@@ -197,6 +211,7 @@ def execute_plan(
             interrupted = True
         finally:
             series = sampler.stop()
+            window = host.stop()
     if series:
         write_series(run_dir / SERIES_FILE, series)
     before = snapshots.get("before", {})
@@ -242,6 +257,7 @@ def execute_plan(
             "provenance": provenance(target, started, finished),
             "client": spreader.result,
             "energy": energy,
+            "host": host_load(window, _mean_cores(series), _client_cores(spreader.result)),
             "telemetry_series": {SERIES_KEY: SERIES_FILE} if series else {},
         }
     )

@@ -13,18 +13,25 @@ Two probes, each read about once a second by :mod:`bakeoff.observe.telemetry_ser
   (:func:`nvml_probe` returns None with the reason), and the series has no GPU columns.
 
 Neither probe raises once made: a reading that fails is a missing value, never a failed run.
+
+:class:`HostWindow` reads the whole host over a run's measured window: how many cores were
+busy (psutil's CPU times), the load average, and so how much CPU *other* processes took from
+the engine and the client (:func:`host_load`): a run measured on a busy host is flagged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import psutil
+
+from bakeoff.results.summary import HostLoad
 
 Reading = dict[str, float | None]
 
@@ -141,3 +148,68 @@ def gpu_names() -> list[str]:
     names = probe.names
     probe.close()
     return names
+
+
+# Other processes using at least this many cores (or this share of the host, if more) make a busy host.
+BUSY_CORES = 0.5
+BUSY_SHARE = 0.15
+
+
+def host_cpus() -> int:
+    """CPUs this process may run on (the affinity mask where the platform has one)."""
+    with contextlib.suppress(AttributeError, OSError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class HostWindow:
+    """The host's CPU over a window: :meth:`start`, then :meth:`stop` gives cores busy and the load average."""
+
+    def __init__(self) -> None:
+        self._start: tuple[float, float] | None = None  # (busy CPU seconds, wall clock)
+
+    @staticmethod
+    def _busy() -> float:
+        times = psutil.cpu_times()
+        return float(sum(times)) - float(times.idle) - float(getattr(times, "iowait", 0.0))
+
+    def start(self) -> None:
+        with contextlib.suppress(Exception):
+            self._start = (self._busy(), time.monotonic())
+
+    def stop(self) -> dict[str, float | None]:
+        """``busy_cores`` over the window (None if never started), ``loadavg_1m`` now."""
+        busy = None
+        if self._start is not None:
+            with contextlib.suppress(Exception):
+                wall = time.monotonic() - self._start[1]
+                busy = (self._busy() - self._start[0]) / wall if wall > 0 else None
+        load = None
+        with contextlib.suppress(AttributeError, OSError):
+            load = os.getloadavg()[0]
+        return {"busy_cores": busy, "loadavg_1m": load}
+
+
+def host_load(window: dict[str, float | None], engine_cores: float | None, client_cores: float | None) -> HostLoad:
+    """The host's load over a run: what other processes took, and whether the host counts as busy."""
+    cpus = host_cpus()
+    busy = window.get("busy_cores")
+    others = None
+    # A container's or a remote engine's CPU is not read: its busy cores would count as "others".
+    if busy is not None and engine_cores is not None:
+        others = max(0.0, busy - engine_cores - (client_cores or 0.0))
+    limit = max(BUSY_CORES, BUSY_SHARE * cpus)
+    flagged = others is not None and others >= limit
+    note = None
+    if flagged and others is not None:
+        note = f"other processes used {others:.1f} of {cpus} cores while this run was measured"
+    return HostLoad(
+        cpus=cpus,
+        loadavg_1m=window.get("loadavg_1m"),
+        busy_cores=busy,
+        engine_cores=engine_cores,
+        client_cores=client_cores,
+        other_cores=others,
+        busy=flagged,
+        note=note,
+    )

@@ -431,6 +431,13 @@ def verdict_section(campaign_dir: Path) -> str:
     return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir), notes)
 
 
+def noise_table(campaign_dir: Path) -> pd.DataFrame:
+    """Run-to-run noise: the coefficient of variation across repeats, per server, load and figure."""
+    from bakeoff.analysis import verdict
+
+    return pd.DataFrame(verdict.noise_table(campaign_dir))
+
+
 def confidence_table(campaign_dir: Path) -> pd.DataFrame:
     """Every headline figure per server and load with n and its Student-t interval across repeats."""
     from bakeoff.analysis import verdict

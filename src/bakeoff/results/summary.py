@@ -327,6 +327,19 @@ class ClientLoad(Block):
     )
 
 
+class HostLoad(Block):
+    """The host's CPU while the run was measured (:func:`bakeoff.observe.hoststats.host_load`)."""
+
+    cpus: int = Field(description="CPUs the harness may run on")
+    loadavg_1m: float | None = None
+    busy_cores: float | None = Field(default=None, description="cores busy on the whole host over the window")
+    engine_cores: float | None = Field(default=None, description="a local engine's mean CPU (cores busy)")
+    client_cores: float | None = Field(default=None, description="the load generator's CPU (cores busy)")
+    other_cores: float | None = Field(default=None, description="busy - engine - client: other processes")
+    busy: bool = Field(default=False, description="other processes took enough CPU to disturb the run")
+    note: str | None = None
+
+
 class ServerDied(Block):
     """A server that died mid-run: the evidence that ended the run there (:mod:`bakeoff.serving.death_watch`)."""
 
@@ -369,6 +382,7 @@ class RunSummary(Block):
     energy: Energy | None = Field(default=None, description="energy over the measured window, or why not measured")
     provenance: Provenance = Field(default_factory=Provenance)
     client: ClientLoad | None = Field(default=None, description="load-generator processes and their CPU headroom")
+    host: HostLoad | None = Field(default=None, description="the host's CPU while measured: a busy host is flagged")
     telemetry_series: dict[str, str] = Field(
         default_factory=dict, description="series name -> file beside summary.json"
     )
