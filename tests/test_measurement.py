@@ -437,6 +437,18 @@ def test_cli_bench_sends_headers_and_min_tokens(ref_url: str, tmp_path: Path) ->
     assert "warning: 4 of 4 requests ended before their planned max_tokens" in short.stderr
 
 
+def test_cli_bench_tells_on_screen_what_a_small_window_supports(ref_url: str, tmp_path: Path) -> None:
+    # 16 in flight, 32 requests: the steady-state window holds few; nothing may pass for a P99.
+    result = bench(*bench_args(ref_url, tmp_path / "run", concurrency="16", num_requests="32"))
+    assert result.returncode == 0, result.stderr
+    summary = read_summary(tmp_path / "run" / SUMMARY)
+    n = summary.latency.ttft_ms.n
+    assert n < 100
+    assert f"unsupported (n={n})" in result.stdout  # the table applies the report's support rule
+    assert f"P99 unsupported by n={n} samples (the highest it supports is P" in result.stderr
+    assert "raise --num-requests" in result.stderr and "requests_per_slot" not in result.stderr
+
+
 @pytest.mark.parametrize("header", ["no-colon", "Content-Length: 3", "Bad Name: x"])
 def test_cli_refuses_a_bad_header_before_sending(header: str, tmp_path: Path) -> None:
     result = bench(*bench_args("http://127.0.0.1:9", tmp_path / "run"), "--header", header)

@@ -254,7 +254,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from bakeoff.measure.auth import parse_header_arg, request_headers
     from bakeoff.measure.client import ClientSettings
     from bakeoff.measure.control import check_server
-    from bakeoff.report.tables import summary_table
+    from bakeoff.report.tables import run_warnings, summary_table
     from bakeoff.workloads.plans import PlanBuilder
     from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 
@@ -292,10 +292,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except ServerDiedError:
             print_failures(run_dir)  # what the server said before it died
             raise
-        if summary.short_completions.warning:
-            where = "" if len(plans) == 1 else f"{plan.name}: "
-            print(f"warning: {where}{summary.short_completions.warning}", file=sys.stderr)
         print_failures(run_dir)
     print(summary_table(summaries))
+    # On screen, not only in summary.json: what each run's figures can be read as.
+    for name, summary in summaries.items():
+        for line in run_warnings(name if len(summaries) > 1 else "", summary, more_requests="--num-requests"):
+            print(f"warning: {line}", file=sys.stderr)
     print(f"results: {args.out}")
     return 0 if all(s.requests.ok > 0 for s in summaries.values()) else 1

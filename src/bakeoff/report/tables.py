@@ -24,7 +24,7 @@ from bakeoff.results.layout import (
     rehearsal_marker,
 )
 from bakeoff.results.store import CELL_INFO, read_json
-from bakeoff.results.summary import RunSummary
+from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary, Stat, StatName
 
 # From the metric table, like the headline columns: a metric is added there, once.
 GLOSSARY = metric_table.glossary()
@@ -57,19 +57,76 @@ def summary_table(summaries: dict[str, RunSummary]) -> str:
     """A plain-text table of the headline figures, one row per run (for the terminal).
 
     Columns are the metric table's headline figures; one no run has (no SLO, no cost) is left out.
+    A percentile the run's sample cannot support reads ``unsupported (n=N)``, as in the report;
+    :func:`run_warnings` says what each run's numbers can and cannot be read as.
     """
     readers = metric_table.headline_readers()
+    columns = list(metric_table.headline_columns())
     values = {name: [read(s) for _, read in readers] for name, s in summaries.items()}
+    marks = {name: metric_table.unsupported_figures(s) for name, s in summaries.items()}
     shown = [i for i in range(len(readers)) if any(v[i] is not None for v in values.values())]
     header = ["run", "ok", "failed", *(readers[i][0] for i in shown)]
     rows = [header]
     for name, s in summaries.items():
-        rows.append([name, _fmt(s.requests.ok), _fmt(s.requests.failed), *(_fmt(values[name][i], 2) for i in shown)])
+        cells = [marks[name].get(columns[i]) or _fmt(values[name][i], 2) for i in shown]
+        rows.append([name, _fmt(s.requests.ok), _fmt(s.requests.failed), *cells])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     tail = [f"failures in {n}: {s.requests.failed_by_kind}" for n, s in summaries.items() if s.requests.failed]
     return "\n".join([*lines, *tail])
+
+
+def highest_supported(dist: Stat) -> StatName | None:
+    """The highest percentile ``dist``'s sample supports (P90 at n=24), or None when it supports none."""
+    found: StatName | None = None
+    for name in PERCENTILES:
+        if dist.supported(name) and dist.value(name) is not None:
+            found = name
+    return found
+
+
+def run_warnings(name: str, summary: RunSummary, more_requests: str = "requests_per_slot") -> list[str]:
+    """What a run's figures can be read as: its window, the percentiles its sample supports, its rates.
+
+    ``more_requests`` names the setting that gives a level more requests where the caller has
+    another (``bakeoff bench``: ``--num-requests``). ``name`` prefixes each line (none when empty).
+    """
+    out: list[str] = []
+    name = f"{name}: " if name else ""
+    window = summary.window
+    if window is not None and window.warning:
+        out.append(f"{name}{window.warning.replace('requests_per_slot', more_requests)}")
+    for text in (summary.chunking.warning, summary.short_completions.warning):
+        if text:
+            out.append(f"{name}{text}")
+    for metric in metric_table.DISTRIBUTIONS:
+        dist = metric.stat(summary)
+        missing = [STAT_LABELS[s] for s in metric.headline_stats if s in PERCENTILES and not dist.supported(s)]
+        if not missing or dist.unsupported is not None or dist.n == 0:
+            continue
+        best = highest_supported(dist)
+        shown = f"the highest it supports is {STAT_LABELS[best]} = {dist.value(best):,.2f}" if best else "none"
+        out.append(
+            f"{name}{metric.name} {', '.join(missing)} unsupported by n={dist.n} samples ({shown}); "
+            f"raise {more_requests} for more"
+        )
+    tput = summary.throughput
+    done = summary.requests.ok
+    per_request = summary.tokens.completion / done if done else 0.0
+    if tput.req_s and per_request and tput.output_tok_s:
+        implied = tput.output_tok_s / per_request
+        # req/s counts requests that *ended* inside the window; tok/s every token inside it. With few
+        # requests in the window the count is coarse, and the two disagree.
+        if abs(implied / tput.req_s - 1) > 0.25:
+            inside = window.requests_inside if window is not None else done
+            out.append(
+                f"{name}req/s {tput.req_s:.2f} counts the requests that ended inside a {tput.window_s:.1f} s "
+                f"window ({inside} measured there); output tok/s {tput.output_tok_s:,.1f} at "
+                f"{per_request:.0f} tokens a request is {implied:.2f} req/s: too few requests for either to be "
+                f"steady; raise {more_requests}"
+            )
+    return out
 
 
 def _row(cell: CellResult, summary: RunSummary) -> dict[str, Any]:
