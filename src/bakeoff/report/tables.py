@@ -106,7 +106,11 @@ def run_warnings(name: str, summary: RunSummary, more_requests: str = "requests_
         if not missing or dist.unsupported is not None or dist.n == 0:
             continue
         best = highest_supported(dist)
-        shown = f"the highest it supports is {STAT_LABELS[best]} = {dist.value(best):,.2f}" if best else "none"
+        shown = (
+            f"the highest it supports is {STAT_LABELS[best]} = {dist.value(best):,.2f}"
+            if best
+            else "it supports no percentile"
+        )
         out.append(
             f"{name}{metric.name} {', '.join(missing)} unsupported by n={dist.n} samples ({shown}); "
             f"raise {more_requests} for more"
