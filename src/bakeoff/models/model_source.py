@@ -25,17 +25,17 @@ Everything here is pure apart from reading the cache folder; the launcher calls
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Literal
-from pydantic import Field, field_validator, model_validator
-from bakeoff.schema import Strict
-
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from bakeoff.errors import SpecError
+from bakeoff.schema import Strict
 
 # Where the official vLLM, SGLang and TensorRT-LLM images (running as root) keep the cache.
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
