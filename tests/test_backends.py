@@ -389,7 +389,9 @@ def test_sglang_speculative_renders_the_algorithm_and_its_flags() -> None:
         "--speculative-num-draft-tokens", "5",
     ]  # fmt: skip
     # SGLang's NGRAM is a trie-based token tree without a lookup window: another algorithm.
-    with pytest.raises(KnobError, match=r"cannot take 'ngram': SGLang 0.5.18's NGRAM drafts a token tree"):
+    with pytest.raises(
+        KnobError, match=r"cannot take 'ngram': SGLang's NGRAM \(0.5.18 and 0.5.23\) drafts a token tree"
+    ):
         _render("sglang", {"speculative": "ngram"})
 
 
@@ -825,7 +827,7 @@ def _speculation(name: str, knobs: dict[str, KnobValue]) -> tuple[str, int]:
 NATIVE_METHODS = {
     "eagle": {"vllm": "eagle", "sglang": "EAGLE"},
     "eagle3": {"vllm": "eagle3", "sglang": "EAGLE3", "trtllm": "Eagle3"},
-    "draft": {"vllm": "draft_model", "sglang": "STANDALONE", "trtllm": "DraftTarget"},
+    "draft": {"vllm": "draft_model", "sglang": "STANDALONE", "trtllm": "Draft_Target"},
     "ngram": {"vllm": "ngram", "trtllm": "NGram"},
 }
 
@@ -876,10 +878,10 @@ def test_trtllm_refuses_eagle_one_because_its_eagle_is_eagle3() -> None:
 
 def test_vllm_refuses_bitsandbytes_quoting_why() -> None:
     with pytest.raises(
-        KnobError, match=r'0.31.0 cannot take .bitsandbytes.*plugin package.*"Unknown quantization method"'
+        KnobError, match=r'0.33.0 cannot take .bitsandbytes.*plugin package.*"Unknown quantization method"'
     ):
         _render("vllm", {"quantization": "bitsandbytes"})
-    # SGLang 0.5.18 still ships it.
+    # SGLang still ships it (0.5.18 and 0.5.23: arg_groups/choices.py QUANTIZATION_CHOICES).
     assert _contains(_render("sglang", {"quantization": "bitsandbytes"}).argv, ["--quantization", "bitsandbytes"])
 
 
@@ -928,7 +930,7 @@ def test_a_fill_knob_has_no_target_of_its_own_and_fills_a_mapped_knob() -> None:
         ("vllm", ["--enforce-eager"]),
         ("vllm-cpu", ["--enforce-eager"]),
         ("vllm-cpu-container", ["--enforce-eager"]),
-        ("sglang", ["--disable-cuda-graph"]),
+        ("sglang", ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]),
     ],
 )
 def test_enforce_eager_renders_each_frameworks_switch_and_nothing_when_off(name: str, words: list[str]) -> None:

@@ -1,9 +1,9 @@
 """Tests of bakeoff.serving.gpu_checks and the GPU campaigns: CUDA tags, KV dtypes, draft models, defaults.
 
 Sample ``nvidia-smi`` outputs stand in for a driver, temporary folders with a fake
-``hf_quant_config.json`` for ModelOpt checkpoints, and a pinned table read from the
-vLLM 0.31.0 and SGLang 0.5.18 wheels (tests/data/framework_defaults.yaml) for their
-defaults. Nothing here needs a GPU.
+``hf_quant_config.json`` for ModelOpt checkpoints, and a pinned table generated from the
+vLLM 0.33.0 and SGLang 0.5.23 wheels by ``bakeoff backends audit --write-defaults``
+(tests/data/framework_defaults.yaml) for their defaults. Nothing here needs a GPU.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_cuda_version_is_read_from_nvidia_smi() -> None:
 
 @pytest.mark.parametrize(
     ("name", "other_tag"),
-    [("vllm", "vllm/vllm-openai:v0.31.0-cu129"), ("sglang", "lmsysorg/sglang:v0.5.18-cu129")],
+    [("vllm", "vllm/vllm-openai:v0.33.0-cu129"), ("sglang", "lmsysorg/sglang:v0.5.23-cu129")],
 )
 def test_a_cuda_12_driver_is_told_the_cu129_tag(name: str, other_tag: str) -> None:
     backend = load_backend(name)
@@ -80,7 +80,7 @@ def test_cpu_images_need_no_driver() -> None:
 
 def test_sglang_yaml_says_which_tag_is_which_cuda() -> None:
     text = (BACKENDS_DIR / "sglang.yaml").read_text()
-    assert "plain v0.5.18 tag is the CUDA 13 build" in text and "v0.5.18-cu129" in text
+    assert "plain v0.5.23 tag is the CUDA 13 build" in text and "v0.5.23-cu129" in text
     assert "cu130" not in text
 
 
@@ -162,8 +162,9 @@ def test_a_checkpoint_that_makes_the_kv_cache_fp8_is_refused(tmp_path: Path) -> 
 def test_kv_dtypes_set_on_purpose_are_an_ab_not_an_error() -> None:
     spec = _campaign(
         [
-            {"backend": "vllm", "label": "bf16-kv", "knobs": {"kv_cache_dtype": "bfloat16"}},
-            {"backend": "vllm", "label": "fp8-kv", "knobs": {"kv_cache_dtype": "fp8"}},
+            # vLLM 0.33 takes a bfloat16 KV cache only with a bfloat16 model.
+            {"backend": "vllm", "label": "bf16-kv", "knobs": {"kv_cache_dtype": "bfloat16", "dtype": "bfloat16"}},
+            {"backend": "vllm", "label": "fp8-kv", "knobs": {"kv_cache_dtype": "fp8", "dtype": "bfloat16"}},
         ]
     )
     assert len(expand(spec, None)) == 2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) a TensorRT-LLM engine for one Hugging Face model: convert_checkpoint.py
-# then trtllm-build, in the pinned release image that still ships both. Prints the engine
+# then trtllm-build, in the pinned release image that still ships both (1.3.0rc14, as in
+# backends/trtllm-engine.yaml: release images after rc20 ship no trtllm-build). Prints the engine
 # folder, which is then served as the model (docker/trtllm/compose.yaml, profile engine).
 #
 # The cache key and layout are those of bakeoff.serving.engine_build (backends/trtllm-engine.yaml),

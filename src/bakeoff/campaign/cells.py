@@ -11,6 +11,7 @@ Running the cells is :mod:`bakeoff.campaign.execute`.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,7 +32,14 @@ from bakeoff.results.store import atomic_write_bytes
 from bakeoff.serving import launchers
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.serving.engine_env import engine_python
-from bakeoff.serving.gpu_checks import KvDtype, check_draft_models, check_kv_dtypes, effective_kv_dtype
+from bakeoff.serving.gpu_checks import (
+    KvDtype,
+    check_draft_models,
+    check_kv_dtypes,
+    check_model_dtype,
+    effective_kv_dtype,
+)
+from bakeoff.serving.knobs import apply_pins
 from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import MultiTurn, Trace, Workload
@@ -90,8 +98,16 @@ def check_metric_support(where: str, wl: Workload, backend: BackendSpec) -> None
         )
 
 
+# A release tag (v0.31.0, 1.3.0rc14, v0.5.18-cu129): the framework version it runs.
+_RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+[A-Za-z0-9.]*?)(?:-cu\d+)?$")
+
+
 def with_image_tag(backend: BackendSpec, tag: str | None, where: str) -> BackendSpec:
-    """The backend with the campaign's image tag (a new release is a config change), its CUDA variants too."""
+    """The backend with the campaign's image tag (a new release is a config change), its CUDA variants too.
+
+    A tag naming a release also becomes the backend's version, so refusals quote it and the
+    run records it; another tag (``latest``, a build name) keeps the declared version.
+    """
     if tag is None:
         return backend
     if backend.container is None:
@@ -104,7 +120,9 @@ def with_image_tag(backend: BackendSpec, tag: str | None, where: str) -> Backend
             "cuda_images": {m: image_with_tag(i, tag) for m, i in backend.container.cuda_images.items()},
         }
     )
-    return backend.model_copy(update={"container": container})
+    release = _RELEASE_TAG.match(tag)
+    version = release.group(1) if release else backend.version
+    return backend.model_copy(update={"container": container, "version": version})
 
 
 def expand(
@@ -118,12 +136,20 @@ def expand(
     cells = []
     launches: list[tuple[str, BackendSpec, dict[str, KnobValue]]] = []
     kv_dtypes: list[KvDtype] = []
-    for i, server in enumerate(spec.servers):
+    backends = [
+        with_image_tag(load_backend(s.backend), s.image_tag, f"servers[{i}].image_tag")
+        for i, s in enumerate(spec.servers)
+    ]
+    # Pinned knobs (vLLM's async scheduling where speculative methods are compared) are
+    # written into the server's knobs, so the run records and renders them like set ones.
+    pinned = apply_pins([(b, dict(s.knobs)) for b, s in zip(backends, spec.servers, strict=True)])
+    servers = [s.model_copy(update={"knobs": k}) for s, k in zip(spec.servers, pinned, strict=True)]
+    for i, (server, backend) in enumerate(zip(servers, backends, strict=True)):
         where = f"servers[{i}]"
-        backend = with_image_tag(load_backend(server.backend), server.image_tag, f"{where}.image_tag")
         if backend.accelerator == "gpu" and not spec.gpu:
             raise SpecError(f"{where}.backend: {backend.name} needs a GPU; set gpu: true in the campaign")
         render_launch(backend, server.knobs, model="/model", served_model_name="m", port=8000)
+        check_model_dtype(where, backend, dict(server.knobs), server.model_path or model_dir)
         headers = request_headers(
             server.api_key_env, server.headers, where=f"{where}.api_key_env", where_headers=f"{where}.headers"
         )

@@ -267,6 +267,9 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "backend": cell.backend.name,
             "label": cell.server.label,
             "knobs": launch.knobs,
+            # Set or not, what each knob was (vLLM's async scheduling among them): the
+            # framework's defaults move between releases, the record must not.
+            "effective_knobs": launch.effective_knobs,
             "command_line": handle.command_line,
             "kind": handle.kind,
             "image": handle.image,

@@ -13,7 +13,7 @@ What each profile reproduces, and where the fact comes from (paths in the framew
 profile reproduces                                                            source
 ======= ===================================================================== ================================
 generic bakeoff's own server: every quirk switchable per request (RefOptions) this repository
-vllm    0.31.0. /health 200, empty body, once up (nothing listens before)     entrypoints/openai/api_server.py
+vllm    0.33.0. /health 200, empty body, once up (nothing listens before)     entrypoints/openai/api_server.py
 vllm    role-only first chat chunk {"role": "assistant", "content": ""}; no   openai/chat_completion/serving.py
         empty first chunk on completions; logprobs/finish_reason null         openai/completion/serving.py
 vllm    usage in a final ``choices: []`` chunk; prompt_tokens_details         _make_prompt_tokens_details
@@ -24,14 +24,14 @@ vllm    vllm: metrics, labels model_name and engine; 16-token blocks, the     v1
 vllm    POST /reset_prefix_cache: 200 {"success": false} while running       serve/dev/cache/api_router.py,
         requests hold blocks (unless ?reset_running_requests=true), else      DESIGN.md "Protocol quirks"
         clears, {"success": true}
-sglang  0.5.18. /health (= /health_generate) 503 until the warm-up request    srt/entrypoints/http_server.py
+sglang  0.5.23. /health (= /health_generate) 503 until the warm-up request    srt/entrypoints/http_server.py
         is done, then 200 after its probe generation (polled each second)
 sglang  chunks dumped with every null field ("usage": null, matched_stop);    entrypoints/openai/serving_chat.py
         role-only first chat chunk; the chat finish reason in a chunk of its
         own with an empty (all-null) delta
 sglang  several tokens per chunk: every 10th chunk carries one more token     DESIGN.md (29-31 chunks for 32
                                                                               tokens seen on CPU)
-sglang  usage.prompt_tokens_details null when 0 tokens were cached            openai/usage_processor.py
+sglang  usage.prompt_tokens_details.cached_tokens always, 0 included          openai/usage_processor.py
 sglang  sglang: counters cached_tokens_total, prompt_tokens_total...;         srt/metrics/collector.py
         gauges cache_hit_rate (last prefill only), token_usage,
         num_running_reqs, num_queue_reqs
@@ -213,7 +213,9 @@ class SglangProfile(WireProfile):
             "prompt_tokens": prompt,
             "total_tokens": prompt + completion,
             "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": cached} if cached > 0 else None,
+            # 0.5.23 (usage_processor.py) reports it whenever --enable-cache-report is on,
+            # 0 included; 0.5.18 left the details out (null) when nothing was cached.
+            "prompt_tokens_details": {"cached_tokens": cached},
             "reasoning_tokens": 0,
         }
 

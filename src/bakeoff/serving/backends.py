@@ -44,6 +44,7 @@ KNOB_VOCABULARY: dict[str, str] = {
     "dtype": "weight and activation precision (auto = the checkpoint's)",
     "enforce_eager": "no graph compilation or CUDA graphs: quicker starts, slower steps",
     "reasoning_parser": "split a reasoning model's thinking into its own stream field (which model family's tags)",
+    "async_scheduling": "schedule the next step on the CPU while the GPU runs the current one",
 }
 
 # The backends that ship with bakeoff (bakeoff.paths resolves them for every kind of install).
@@ -59,6 +60,13 @@ ChangeCost = Literal["nothing", "restart", "rebuild"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class PinSpec(_Strict):
+    """A knob whose framework default moves between releases or methods, set alike across a campaign."""
+
+    knob: str = Field(description="when any server of this backend sets this knob to a method that renders")
+    value: KnobValue = Field(description="every server of this backend leaving the pinned knob unset gets this")
 
 
 class KnobSpec(_Strict):
@@ -93,6 +101,10 @@ class KnobSpec(_Strict):
     value_warnings: dict[str, str] = Field(
         default_factory=dict, description="value -> the framework's warning, carried into the report"
     )
+    needs_model_dtype: list[str] = Field(
+        default_factory=list, description="values the framework refuses unless the model dtype is the same"
+    )
+    pin_with: PinSpec | None = None
     note: str = ""
 
     @model_validator(mode="after")
@@ -195,6 +207,14 @@ class EngineBuildSpec(_Strict):
     knobs_baked_in: list[str] = Field(default_factory=list)
 
 
+class AuditSpec(_Strict):
+    """Where ``bakeoff backends audit`` reads this framework's definitions from."""
+
+    distribution: str | None = Field(description="the wheel's name on the package index; null: none is published")
+    packages: list[str] = Field(default_factory=list, description="folders/files of the wheel that declare flags")
+    note: str = Field(default="", description="said instead of an audit when there is no wheel")
+
+
 class BackendSpec(_Strict):
     name: str
     display_name: str
@@ -223,6 +243,7 @@ class BackendSpec(_Strict):
     # vocabulary knobs this backend deliberately lacks -> why; quoted when one is asked for
     unsupported: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    audit: AuditSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> BackendSpec:
@@ -239,6 +260,10 @@ class BackendSpec(_Strict):
         for name, knob in self.knobs.items():
             if knob.fills is not None and knob.fills not in self.knobs:
                 raise ValueError(f"knob {name!r} fills {knob.fills!r}, which this backend does not map")
+            if knob.pin_with is not None and knob.pin_with.knob not in self.knobs:
+                raise ValueError(
+                    f"knob {name!r} is pinned with {knob.pin_with.knob!r}, which this backend does not map"
+                )
         self._check_engine_knobs()
         return self
 

@@ -12,6 +12,9 @@
   and pass.
 - Draft models: a speculative knob that reads ``/draft`` needs ``model.draft_path``
   (:func:`check_draft_models`).
+- Model dtype: a knob value the framework refuses unless the model dtype is the same
+  (``needs_model_dtype``: vLLM 0.33's bfloat16 KV cache) is checked against the ``dtype``
+  knob, or the checkpoint's ``config.json`` when dtype is auto (:func:`check_model_dtype`).
 
 Everything here is pure apart from :func:`query_nvidia_smi`, so it is tested with sample
 ``nvidia-smi`` outputs and temporary checkpoint folders.
@@ -163,3 +166,45 @@ def check_draft_models(backends: list[tuple[str, BackendSpec, dict[str, KnobValu
                 f"{where}.knobs.{knob}: {knobs[knob]} needs a draft model (an EAGLE head or a small model "
                 "with the same vocabulary); set model.draft_path to its folder, or use speculative: ngram or none"
             )
+
+
+def checkpoint_dtype(model_dir: Path | None) -> str | None:
+    """The weights' dtype a Hugging Face checkpoint declares (``torch_dtype``, or ``dtype``), normalized."""
+    path = None if model_dir is None else model_dir / "config.json"
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    value = data.get("torch_dtype") or data.get("dtype") if isinstance(data, dict) else None
+    return normalize_kv_dtype(str(value)) if value else None
+
+
+def check_model_dtype(where: str, backend: BackendSpec, knobs: dict[str, KnobValue], model_dir: Path | None) -> None:
+    """Refuse a knob value the framework only takes with the same model dtype (``needs_model_dtype``).
+
+    ``dtype: auto`` keeps a float16 or bfloat16 checkpoint's own dtype, so the checkpoint's
+    ``config.json`` decides; when it cannot be read the value is refused too, since the
+    server would only find out at start-up.
+    """
+    for name, spec in backend.knobs.items():
+        value = knobs.get(name)
+        if value is None or str(value) not in spec.needs_model_dtype:
+            continue
+        wanted = normalize_kv_dtype(str(value))
+        dtype = knobs.get("dtype")
+        model: str | None
+        if dtype is not None and str(dtype) != "auto":
+            model, source = normalize_kv_dtype(str(dtype)), "the dtype knob"
+        else:
+            declared = checkpoint_dtype(model_dir)
+            model = declared if declared in ("float16", "bfloat16") else None
+            source = f"dtype auto on {model_dir / 'config.json'}" if model_dir is not None else "dtype auto"
+        if model == wanted:
+            continue
+        seen = f"the model dtype is {model} ({source})" if model else f"the model dtype is unknown ({source})"
+        raise SpecError(
+            f"{where}.knobs.{name}: {backend.name} {backend.version} refuses {name} {value} unless the model dtype "
+            f"is {wanted} too, and {seen}. Fix: set dtype: {wanted} on this server, or {name}: auto"
+        )

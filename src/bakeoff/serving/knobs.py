@@ -12,6 +12,9 @@
   int inside JSON). Setting it while the knob it fills renders nothing is refused.
 - ``value_warnings`` turn a value into a warning for the report (:func:`launch_warnings`).
 - :func:`draft_model_knob` says which knob needs a draft model mounted.
+- :func:`apply_pins` sets a ``pin_with`` knob alike on every server of a backend once any
+  of them turns the knob it is pinned with on (vLLM's async scheduling, whose default
+  differs between releases and speculative methods).
 """
 
 from __future__ import annotations
@@ -164,3 +167,34 @@ def draft_model_knob(backend: BackendSpec, knobs: dict[str, KnobValue]) -> str |
         if native is not None and DRAFT_PLACEHOLDER in json.dumps(native):
             return name
     return None
+
+
+def renders(backend: BackendSpec, name: str, value: KnobValue) -> bool:
+    """Whether a knob value renders anything (``none`` of a value_map renders nothing)."""
+    spec = backend.knobs[name]
+    key = value_key(check_knob(backend, name, value))
+    return key not in spec.value_map or spec.value_map[key] is not None
+
+
+def apply_pins(servers: list[tuple[BackendSpec, dict[str, KnobValue]]]) -> list[dict[str, KnobValue]]:
+    """Each server's knobs with the pins of its backend added where the campaign needs them.
+
+    A knob with ``pin_with`` is set to the pin's value on every server of that backend that
+    leaves it unset, as soon as one server of the backend sets the knob it is pinned with
+    to something that renders: the campaign then compares what that knob changes, and the
+    pinned knob must not differ silently between releases or methods.
+    """
+    triggered: set[tuple[str, str]] = set()
+    for backend, knobs in servers:
+        for name, spec in backend.knobs.items():
+            pin = spec.pin_with
+            if pin is not None and pin.knob in knobs and renders(backend, pin.knob, knobs[pin.knob]):
+                triggered.add((backend.name, name))
+    pinned = []
+    for backend, knobs in servers:
+        extra: dict[str, KnobValue] = {}
+        for name, spec in backend.knobs.items():
+            if (backend.name, name) in triggered and name not in knobs and spec.pin_with is not None:
+                extra[name] = spec.pin_with.value
+        pinned.append({**knobs, **extra})
+    return pinned

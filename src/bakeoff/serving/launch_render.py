@@ -40,6 +40,11 @@ class RenderedLaunch:
     def command_line(self) -> str:
         return shlex.join(self.argv)
 
+    @property
+    def effective_knobs(self) -> dict[str, KnobValue | None]:
+        """Every knob the backend maps: the value set, else the backend's declared default."""
+        return {name: self.knobs.get(name, spec.default) for name, spec in self.backend.knobs.items()}
+
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node = tree
