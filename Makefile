@@ -20,13 +20,13 @@ UNIT_TESTS := -m "not e2e and not container and not precision" -n $(JOBS) --dist
 PRECISION_TESTS := -m "precision and not e2e and not container"
 ENGINE_TESTS := -m "e2e or container"
 
-.PHONY: demo test venv models llamacpp podman images browser lint unit lab lock bench-loadgen clean-reports
+.PHONY: demo test venv models llamacpp podman images browser wheels lint unit lab lock bench-loadgen clean-reports
 
 demo: venv llamacpp models
 	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
 	@echo "report: $(CURDIR)/reports/cpu-demo/report.html"
 
-test: venv llamacpp podman images browser models lint
+test: venv llamacpp podman images browser models wheels lint
 	$(BIN)/pytest $(UNIT_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(BIN)/pytest $(PRECISION_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(BIN)/pytest $(ENGINE_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
@@ -46,6 +46,10 @@ podman:
 
 images: podman
 	@scripts/build-images.sh vllm-cpu
+
+# The framework wheels `bakeoff backends audit` and its tests read (downloaded once, then cached).
+wheels: venv
+	@scripts/fetch-wheels.sh
 
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)

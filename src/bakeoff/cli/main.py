@@ -101,6 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     show = back_sub.add_parser("show", help="print the exact launch command for a knob set")
     show.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
     show.add_argument("--knob", action="append", default=[], help="name=value, repeatable")
+    audit = back_sub.add_parser(
+        "audit", help="check every flag, default, metric and endpoint a backend uses against the framework's wheel"
+    )
+    audit.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
+    audit.add_argument("--wheel", required=True, help="a .whl file or name==version (downloaded once, then cached)")
+    audit.add_argument("--against", help="an older wheel or name==version: list new flags, changed defaults, metrics")
+    audit.add_argument(
+        "--write-defaults",
+        type=Path,
+        help="rewrite this backend's section of a pinned defaults table (YAML) from the wheel",
+    )
 
     report = sub.add_parser("report", help="render a campaign's report again from its saved results (no measuring)")
     report.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
@@ -215,6 +226,12 @@ def cmd_backends(args: argparse.Namespace) -> int:
     from bakeoff.serving.knobs import parse_knob_args
     from bakeoff.serving.show_launch import describe_launch
 
+    if args.backends_command == "audit":
+        from bakeoff.serving.audit import audit
+
+        text, status = audit(args.name, args.wheel, args.against, args.write_defaults)
+        print(text)
+        return status
     if args.backends_command == "list":
         print(f"{'NAME':22} {'RUNTIME':9} {'HW':4} DESCRIPTION")
         for name in backends.list_backends():
