@@ -157,7 +157,7 @@ def test_a_wheel_is_named_by_file_or_taken_from_the_cache(tmp_path: Path, monkey
     assert resolve_wheel(str(wheel)) == wheel
     assert resolve_wheel("tiny==1.0", cache=tmp_path) == wheel  # cached: pip is not asked
     with pytest.raises(SpecError, match="name==version"):
-        resolve_wheel("tiny", cache=tmp_path)
+        resolve_wheel("tiny==", cache=tmp_path)
 
     def offline(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         assert cmd[1:5] == ["-m", "pip", "download", "--no-deps"]
@@ -166,6 +166,13 @@ def test_a_wheel_is_named_by_file_or_taken_from_the_cache(tmp_path: Path, monkey
     monkeypatch.setattr(audit_mod.subprocess, "run", offline)
     with pytest.raises(SpecError, match=r"pip download failed.*scripts/fetch-wheels.sh"):
         resolve_wheel("tiny==2.0", cache=tmp_path)
+
+    def newest(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert cmd[-1] == "tiny"  # a bare name: pip picks the newest release
+        return subprocess.CompletedProcess(cmd, 0, f"Collecting tiny\nFile was already downloaded {wheel}\n", "")
+
+    monkeypatch.setattr(audit_mod.subprocess, "run", newest)
+    assert resolve_wheel("tiny", cache=tmp_path) == wheel
 
 
 def test_the_index_is_cached_beside_the_wheel(tmp_path: Path) -> None:
@@ -249,3 +256,24 @@ def test_the_pinned_defaults_table_is_the_audit_regenerated(name: str, spec: str
     assert defaults_table(load_backend(name), index, pinned) == pinned, (
         f"regenerate: bakeoff backends audit {name} --wheel {spec} --write-defaults {DEFAULTS}"
     )
+
+
+def test_the_exit_status_fails_on_missing_and_changed_and_the_drift_job_on_missing_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheel = _wheel(tmp_path, "tiny-2", CLI_V2)
+    body = _backend(max_num_batched_tokens={"type": "int", "default": 16, "flag": "--block-size"}).model_dump()
+    body["audit"] = {"distribution": "tiny", "packages": ["tiny/"]}
+    body["metrics"]["names"] = {"running": "tiny:running"}
+    body["health"]["path"] = body["metrics"]["path"] = "/health"
+    folder = tmp_path / "backends"
+    folder.mkdir()
+    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(folder))
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(body))
+    monkeypatch.setattr(audit_mod, "CLIENT_ROUTES", ("/v1/completions",))
+    text, status = audit("tiny", str(wheel))
+    assert status == 1 and "0 missing" in text  # the block size default moved 16 -> 32
+    assert audit("tiny", str(wheel), missing_only=True)[1] == 0
+    body["command"] = [*body["command"], "--gone"]
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(body))
+    assert audit("tiny", str(wheel), missing_only=True)[1] == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff.campaign.recurring import parse_every, render
+from bakeoff.campaign.recurring import drift_job, parse_every, render, render_drift
 from bakeoff.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +35,7 @@ def unit_file(text: str) -> configparser.ConfigParser:
 def test_checked_in_examples_are_exactly_what_the_command_prints(monkeypatch: pytest.MonkeyPatch) -> None:
     files = generated(monkeypatch)
     on_disk = {p.relative_to(EXAMPLES).as_posix(): p.read_text() for p in EXAMPLES.rglob("*") if p.is_file()}
+    on_disk = {name: body for name, body in on_disk.items() if "-drift." not in name}
     assert on_disk == files, "regenerate: bakeoff schedule print " + " ".join(ARGS) + " --out examples/schedules"
     printed = subprocess.run(
         [sys.executable, "-m", "bakeoff", "schedule", "print", *ARGS],
@@ -220,3 +221,29 @@ def test_containers_a_killed_campaign_left_are_removed(tmp_path: Path, monkeypat
     record.write_text("podman bakeoff-vllm-8000-abcd1234\n")
     assert containers.reap_containers(tmp_path / "cells") == ["bakeoff-vllm-8000-abcd1234"]
     assert removed == [("podman", "bakeoff-vllm-8000-abcd1234")] and not record.exists()
+
+
+# --- the drift audit ---------------------------------------------------------------------
+
+
+def test_the_drift_examples_are_what_the_command_prints() -> None:
+    files = render_drift("1w", workdir="/opt/bakeoff")
+    on_disk = {p.relative_to(EXAMPLES).as_posix(): p.read_text() for p in EXAMPLES.rglob("*-drift.*")}
+    assert on_disk == files, "regenerate: bakeoff schedule print --drift --every 1w --out examples/schedules"
+
+
+def test_the_drift_job_audits_every_backend_with_a_wheel_against_the_newest_release() -> None:
+    from bakeoff.serving.backends import list_backends, load_backend
+
+    job = drift_job()
+    with_wheel = {n for n in list_backends() if (a := load_backend(n).audit) is not None and a.distribution}
+    assert {b for b, _ in job.audits} == with_wheel and {"vllm", "sglang"} <= with_wheel
+    assert "trtllm" not in with_wheel  # no public wheel: the pre-flight covers it
+    for (backend, dist), command in zip(job.audits, job.commands, strict=True):
+        # A bare distribution (no ==version) is the newest release; only a missing name fails the job.
+        assert command.endswith(f"audit {backend} --wheel {dist} --missing-only")
+    workflow = yaml.safe_load(render_drift("1w", workdir="/w")["github/workflows/bakeoff-drift.yml"])
+    steps = workflow["jobs"]["audit"]["steps"]
+    audits = [s for s in steps if "audit" in s.get("run", "")]
+    assert len(audits) == len(job.audits) and all(s["if"] == "always()" for s in audits)
+    assert workflow["on"]["schedule"] == [{"cron": "0 3 * * 1"}]

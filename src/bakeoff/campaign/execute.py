@@ -20,6 +20,7 @@ from bakeoff.analysis import saturation, verdict
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.cold_cache import CellServer
+from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
@@ -326,6 +327,13 @@ def run_campaign(
     if fresh:
         resume.start_over(out)
     spec, cells = prepare(path, out, only, rehearse=rehearse)
+    # Each launch parsed by its framework (in its image, or a rehearsal stand-in) before any
+    # server starts: a flag the release refuses costs seconds here, not a GPU start-up.
+    checks = preflight_cells(cells, rehearse=rehearse, automatic=True)
+    for check in checks:
+        if check.status != "skipped":
+            print(f"preflight: {check.line()}", file=sys.stderr)
+    refuse_on_failure(checks, path)
     # What a campaign killed hard (SIGKILL, a lost machine) left: its servers, its unfinished runs.
     reap_leftovers(out / "cells")
     reap_containers(out / "cells")

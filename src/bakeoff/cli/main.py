@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     camp_sub = campaign.add_subparsers(dest="campaign_command", required=True)
     validate = camp_sub.add_parser("validate", help="check a campaign without running it")
     validate.add_argument("files", nargs="+", type=Path, help="campaign files, or shipped campaign names (cpu-demo)")
+    preflight = camp_sub.add_parser(
+        "preflight", help="parse every server's exact launch with its framework's own parser, in its image"
+    )
+    preflight.add_argument("file", type=Path, help="a campaign YAML file, or a shipped campaign name (cpu-demo)")
+    preflight.add_argument(
+        "--rehearse", action="store_true", help="GPU images stand in: record the command, check flags against the wheel"
+    )
     run = camp_sub.add_parser("run", help="run every cell, then build the report")
     run.add_argument("file", type=Path, help="a campaign YAML file, or a shipped campaign name (cpu-demo)")
     run.add_argument("--out", type=Path, help="default: reports/CAMPAIGN")
@@ -86,7 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     sched = sched_sub.add_parser(
         "print", help="a GitHub Actions workflow (self-hosted runner), a systemd service + timer and a crontab line"
     )
-    sched.add_argument("--campaign", type=Path, required=True, help="campaign file, relative to the checkout")
+    what = sched.add_mutually_exclusive_group(required=True)
+    what.add_argument("--campaign", type=Path, help="campaign file, relative to the checkout")
+    what.add_argument(
+        "--drift",
+        action="store_true",
+        help="instead: audit every shipped backend against its framework's newest wheel, failing on a missing flag",
+    )
     sched.add_argument("--every", required=True, help="1h, 6h, 12h (any N dividing 24), 1d or 1w")
     sched.add_argument("--at", default="03:00", help="time of day for daily and weekly runs (HH:MM, default 03:00)")
     sched.add_argument("--weekday", default="Mon", help="day of weekly runs (Mon..Sun, default Mon)")
@@ -107,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
     audit.add_argument("--wheel", required=True, help="a .whl file or name==version (downloaded once, then cached)")
     audit.add_argument("--against", help="an older wheel or name==version: list new flags, changed defaults, metrics")
+    audit.add_argument(
+        "--missing-only", action="store_true", help="exit non-zero only on a missing flag, metric or endpoint"
+    )
     audit.add_argument(
         "--write-defaults",
         type=Path,
@@ -172,6 +188,13 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     from bakeoff.observe.origin import gpu_available
     from bakeoff.paths import campaign_file
 
+    if args.campaign_command == "preflight":
+        from bakeoff.campaign.preflight import preflight_campaign
+
+        results = preflight_campaign(campaign_file(args.file), rehearse=args.rehearse)
+        for result in results:
+            print(result.line())
+        return 1 if any(r.status == "refused" for r in results) else 0
     if args.campaign_command == "validate":
         for path in args.files:
             cells = validate_campaign(campaign_file(path))
@@ -212,7 +235,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 def cmd_schedule(args: argparse.Namespace) -> int:
     from bakeoff.campaign import recurring as schedule
 
-    files = schedule.render(args.campaign, args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
+    if args.drift:
+        files = schedule.render_drift(args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
+    else:
+        files = schedule.render(args.campaign, args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
     if args.out is None:
         print(schedule.as_text(files), end="")
         return 0
@@ -229,7 +255,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     if args.backends_command == "audit":
         from bakeoff.serving.audit import audit
 
-        text, status = audit(args.name, args.wheel, args.against, args.write_defaults)
+        text, status = audit(args.name, args.wheel, args.against, args.write_defaults, missing_only=args.missing_only)
         print(text)
         return status
     if args.backends_command == "list":

@@ -61,25 +61,32 @@ def _normalize(name: str) -> str:
 
 
 def resolve_wheel(spec: str, cache: Path | None = None) -> Path:
-    """A wheel file, or ``name==version`` from the cache, downloaded there once when missing."""
+    """A wheel file; ``name==version`` from the cache, downloaded there once when missing; a bare
+    ``name``: the newest release on the index, asked for every time (the drift job)."""
     path = Path(spec).expanduser()
     if path.suffix == ".whl":
         if not path.is_file():
             raise SpecError(f"--wheel {spec}: no such file")
         return path
     name, sep, version = spec.partition("==")
-    if not sep or not name or not version:
-        raise SpecError(f"--wheel {spec!r}: give a .whl file or name==version, e.g. vllm==0.33.0")
+    if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or (sep and not version):
+        raise SpecError(f"--wheel {spec!r}: give a .whl file, name==version (vllm==0.33.0) or a name (the newest)")
     folder = cache or wheel_cache()
     prefix = f"{_normalize(name)}-{version}-"
-    found = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)) if folder.is_dir() else []
+    found = (
+        sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix)) if sep and folder.is_dir() else []
+    )
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(folder), spec]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    found = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
-    if proc.returncode != 0 or not found:
+    # pip names the file it saved, or the one already there.
+    named = re.findall(r"(?:Saved|File was already downloaded) (\S+\.whl)", proc.stdout)
+    found = [folder / Path(named[-1]).name] if named else []
+    if sep and not found:
+        found = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
+    if proc.returncode != 0 or not found or not found[0].is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SpecError(
             f"--wheel {spec}: pip download failed ({tail[0]}); without network, put the wheel in {folder} "
@@ -421,11 +428,14 @@ def format_diff(diff: WheelDiff, backend: BackendSpec, old: str, new: str) -> st
     return "\n".join(lines)
 
 
-def audit(name: str, wheel: str, against: str | None = None, write_defaults: Path | None = None) -> tuple[str, int]:
+def audit(
+    name: str, wheel: str, against: str | None = None, write_defaults: Path | None = None, *, missing_only: bool = False
+) -> tuple[str, int]:
     """``bakeoff backends audit``: the report text and the exit status (1 on a fatal row).
 
     ``write_defaults`` rewrites this backend's section of a pinned defaults table (YAML)
-    from what the wheel declares.
+    from what the wheel declares; ``missing_only`` (the drift job) fails on missing rows only,
+    since a newer release's defaults are expected to move.
     """
     from bakeoff.serving.backends import load_backend
 
@@ -447,7 +457,8 @@ def audit(name: str, wheel: str, against: str | None = None, write_defaults: Pat
         text += "\n\n" + format_diff(
             diff_wheels(load_index(old_path, packages), index), backend, old_path.name, path.name
         )
-    return text, int(any(r.fatal for r in rows))
+    failing = [r for r in rows if r.fatal and (r.status == "missing" or not missing_only)]
+    return text, int(bool(failing))
 
 
 # --- the pinned defaults table (tests/data/framework_defaults.yaml) --------------------

@@ -244,6 +244,9 @@ class BackendSpec(_Strict):
     unsupported: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     audit: AuditSpec | None = None
+    preflight: Literal["vllm", "sglang", "trtllm"] | None = Field(
+        default=None, description="whose own parser `bakeoff campaign preflight` checks the rendered launch with"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> BackendSpec:

