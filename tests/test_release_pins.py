@@ -118,6 +118,15 @@ def test_a_pin_must_name_a_knob_of_its_backend() -> None:
         type(vllm).model_validate(spec)
 
 
+@pytest.mark.parametrize(("method", "words"), [("eagle3", "hit rates read higher"), ("draft", "caps max_model_len")])
+def test_what_vllm_033_measures_differently_is_carried_into_the_report(method: str, words: str) -> None:
+    knobs = {"speculative": method}
+    launch = render_launch(load_backend("vllm"), knobs, model="/m", served_model_name="m", port=1)
+    assert any(words in w for w in launch.warnings)
+    plain = render_launch(load_backend("vllm"), {"speculative": "ngram"}, model="/m", served_model_name="m", port=1)
+    assert not plain.warnings
+
+
 # --- TensorRT-LLM 1.3.0rc29 ---------------------------------------------------------------
 
 
