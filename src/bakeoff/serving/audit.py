@@ -277,6 +277,9 @@ def _default_row(name: str, spec: KnobSpec, index: WheelIndex) -> Row | None:
     where = str(site)
     declared = _literal(declared_text)
     item = f"{name} = {spec.default!r}"
+    if spec.always_set:
+        # bakeoff renders this knob every time: its declared default is bakeoff's choice, not the framework's.
+        return Row("default", item, "ok", where, f"always rendered; {flag.dest} = {declared_text} unset")
     if declared is _NOT_LITERAL:
         return Row("default", item, "ok", where, f"computed: {declared_text}")
     if declared is None and expected is not None:
