@@ -57,6 +57,12 @@ def completions(): ...
 
 class CompletionRequest:
     ignore_eos: bool = False
+
+class ReasoningConfig:
+    reasoning_parser: str = ""
+
+def reasoning(p):
+    p.add_argument("--reasoning-parser", default=ReasoningConfig.reasoning_parser)
 """
 
 CLI_V2 = (
@@ -120,8 +126,16 @@ def test_a_missing_flag_a_changed_default_and_a_bad_choice_are_fatal(tmp_path: P
         "prefix_caching": {"type": "bool", "default": True, "false_flag": "--no-enable-cache"},
         # Rendered every time, so its default is bakeoff's own, not a claim about the framework.
         "tensor_parallel_size": {"type": "int", "default": 64, "flag": "--block-size", "always_set": True},
+        # "" is the framework's unset, as none (rendering nothing) is bakeoff's.
+        "reasoning_parser": {
+            "type": "str",
+            "default": "none",
+            "flag": "--reasoning-parser",
+            "value_map": {"none": None},
+        },
     }
     rows = _rows(_backend(**knobs), wheel)
+    assert rows["reasoning_parser = 'none'"].status == "ok"
     always = rows["tensor_parallel_size = 64"]
     assert always.status == "ok" and "always rendered" in always.detail
     assert rows["--max-seqs (max_num_seqs)"].status == "missing" and rows["--max-seqs (max_num_seqs)"].fatal

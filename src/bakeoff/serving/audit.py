@@ -284,7 +284,9 @@ def _default_row(name: str, spec: KnobSpec, index: WheelIndex) -> Row | None:
         return Row("default", item, "ok", where, f"computed: {declared_text}")
     if declared is None and expected is not None:
         return Row("default", item, "ok", where, "None: the framework decides at start")
+    # An empty string is how some fields say "unset" (vLLM's reasoning_parser = "").
     same = declared == expected or (isinstance(expected, str) and str(declared) == expected)
+    same = same or (expected is None and declared == "")
     if same:
         return Row("default", item, "ok", where, f"{flag.dest} = {declared_text}")
     return Row("default", item, "changed", where, f"{flag.dest} = {declared_text}, YAML implies {expected!r}", True)
