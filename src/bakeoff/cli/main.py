@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.errors import BakeoffError, SpecError
+from bakeoff.models.presets import PRESET_NAMES
 
 DESCRIPTION = """\
 Compare LLM serving frameworks with identical requests.
@@ -41,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = sub.add_parser("model", help="generate the local model")
     model_sub = model.add_subparsers(dest="model_command", required=True)
-    make = model_sub.add_parser("make", help="random-weight Llama + locally trained tokenizer")
-    make.add_argument("--preset", choices=["tiny", "small"], required=True)
+    make = model_sub.add_parser(
+        "make", help="random-weight Llama (tiny, small) or one trained on a synthetic world (trained, trained-draft)"
+    )
+    make.add_argument("--preset", choices=list(PRESET_NAMES), required=True)
     make.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokenizer corpus")
     make.add_argument("out_dir", nargs="?", type=Path, help="default: models/PRESET")
 
@@ -167,15 +170,18 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from bakeoff.models.modelgen import make_model, model_is_ready
+    from bakeoff.models.presets import COMPANIONS, make_preset, preset_is_ready
     from bakeoff.paths import models_dir
 
-    out = args.out_dir or models_dir() / args.preset
-    if model_is_ready(out, args.preset, args.seed):
-        print(f"{out}: already made (preset {args.preset}, seed {args.seed})")
-    else:
-        make_model(args.preset, out, args.seed)
-        print(f"{out}: made preset {args.preset} (seed {args.seed})")
+    if args.out_dir is not None and COMPANIONS.get(args.preset):
+        raise SpecError(f"out_dir: --preset {args.preset} also makes {COMPANIONS[args.preset]}; leave out_dir unset")
+    for preset in (args.preset, *COMPANIONS.get(args.preset, ())):
+        out = args.out_dir or models_dir() / preset
+        if preset_is_ready(out, preset, args.seed):
+            print(f"{out}: already made (preset {preset}, seed {args.seed})")
+        else:
+            make_preset(preset, out, args.seed)
+            print(f"{out}: made preset {preset} (seed {args.seed})")
     return 0
 
 

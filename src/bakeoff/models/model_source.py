@@ -30,13 +30,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from bakeoff.errors import SpecError
 from bakeoff.schema import Strict
 
+# The names `bakeoff model make --preset` makes (bakeoff.models.presets.PRESET_NAMES; a test holds them equal).
+PresetName = Literal["tiny", "small", "trained", "trained-draft"]
+PRESET_CHOICES: tuple[str, ...] = get_args(PresetName)
 # Where the official vLLM, SGLang and TensorRT-LLM images (running as root) keep the cache.
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 # Passed by name only: the runtime copies each value from its own environment.
@@ -181,7 +184,7 @@ def resolve_model(
         hub = hf_hub_cache(env)
         local = cached_snapshot(model.hf_id, hub)
         return ModelSource(hf_id=model.hf_id, local_dir=local, hub_cache=hub, home=hf_home(env))
-    from bakeoff.models.modelgen import resolve_model_dir
+    from bakeoff.models.presets import resolve_model_dir
 
     return ModelSource(hf_id=None, local_dir=resolve_model_dir(model.preset, model.path, models_dir))
 
@@ -197,7 +200,7 @@ class ModelRef(Strict):
     ``HF_TOKEN`` passed through from the environment. See :mod:`bakeoff.models.model_source`.
     """
 
-    preset: Literal["tiny", "small"] | None = None
+    preset: PresetName | None = None
     path: Path | None = None
     hf_id: str | None = Field(default=None, description="Hugging Face model id, e.g. org/name")
     served_name: str = "bakeoff-model"
@@ -219,13 +222,13 @@ class ModelRef(Strict):
     @model_validator(mode="after")
     def _one_source(self) -> ModelRef:
         if sum(v is not None for v in (self.preset, self.path, self.hf_id)) != 1:
-            raise ValueError("set exactly one of 'preset' (tiny|small), 'path' or 'hf_id'")
+            raise ValueError(f"set exactly one of 'preset' ({'|'.join(PRESET_CHOICES)}), 'path' or 'hf_id'")
         return self
 
 
 MODEL_FORMS = (
     "write it as 'model: tiny' (a generated preset), 'model: models/my-model' (a folder), or as a "
-    "mapping: {preset: tiny|small}, {path: FOLDER} or {hf_id: org/name}"
+    "mapping: {preset: tiny|small|trained}, {path: FOLDER} or {hf_id: org/name}"
 )
 
 
@@ -239,7 +242,7 @@ def model_shorthand(value: object) -> object:
         text = value.strip()
         if not text:
             raise ValueError(f"model is empty; {MODEL_FORMS}")
-        return {"preset": text} if text in ("tiny", "small") else {"path": text}
+        return {"preset": text} if text in PRESET_CHOICES else {"path": text}
     if value is not None and not isinstance(value, dict | ModelRef):
         kind = type(value).__name__
         raise ValueError(f"model must be a folder, a preset name or a mapping, got {kind}; {MODEL_FORMS}")

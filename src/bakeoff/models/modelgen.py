@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Literal
 
 from bakeoff.errors import SpecError
-from bakeoff.paths import models_dir as default_models_dir
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -72,8 +71,12 @@ def synthetic_corpus(seed: int, words: int = 300_000) -> list[str]:
     return lines
 
 
-def train_tokenizer(vocab_size: int, seed: int) -> object:
-    """A byte-level BPE tokenizer with exactly ``vocab_size`` entries, wrapped for transformers."""
+def train_tokenizer(vocab_size: int, seed: int, texts: list[str] | None = None) -> object:
+    """A byte-level BPE tokenizer with exactly ``vocab_size`` entries, wrapped for transformers.
+
+    Trained on ``texts`` when given (the ``trained`` preset's own corpus), else on the
+    synthetic Zipf corpus of ``seed``.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -86,7 +89,7 @@ def train_tokenizer(vocab_size: int, seed: int) -> object:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(synthetic_corpus(seed), trainer=trainer)
+    tok.train_from_iterator(texts if texts is not None else synthetic_corpus(seed), trainer=trainer)
     if tok.get_vocab_size() != vocab_size:
         raise SpecError(
             f"tokenizer training gave {tok.get_vocab_size()} tokens, wanted {vocab_size}; grow the synthetic corpus"
@@ -254,20 +257,3 @@ def model_is_ready(out_dir: Path, preset: str, seed: int = 0) -> bool:
     return bool(
         recorded.get("preset") == preset and recorded.get("seed") == seed and recorded.get("format") == MODEL_FORMAT
     )
-
-
-def resolve_model_dir(
-    preset: str | None, path: Path | None, models_dir: Path | None = None, field: str = "model.path"
-) -> Path:
-    """The folder a campaign's model lives in; a missing one is an error naming the fix."""
-    if path is not None:
-        if not (path / "config.json").is_file():
-            raise SpecError(f"{field}: {path} has no config.json; point it at a model folder")
-        return path
-    assert preset is not None
-    folder = (models_dir or default_models_dir()) / preset
-    if not model_is_ready(folder, preset):
-        raise SpecError(
-            f"model.preset: {preset!r} not generated yet at {folder}; run: bakeoff model make --preset {preset}"
-        )
-    return folder

@@ -1,0 +1,85 @@
+"""The trained preset's cache, readiness and model card (training itself runs in `make models`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff.errors import SpecError
+from bakeoff.models import training
+from bakeoff.models.model_source import PRESET_CHOICES
+from bakeoff.models.presets import PRESET_NAMES, make_preset, preset_is_ready, resolve_model_dir
+
+CARD: dict[str, Any] = {
+    "preset": "trained",
+    "parameters": 852_864,
+    "recipe_key": "trained-abc",
+    "training": {
+        "steps": 800,
+        "batch_size": 16,
+        "seq_len": 128,
+        "tokens_seen": 1_638_400,
+        "corpus_tokens": 330_368,
+        "seconds": 512.3,
+        "threads": 1,
+        "final_loss": 0.91,
+    },
+    "held_out_perplexity": 3.217,
+    "exact_rate": {"held-out-phrasing": 0.05, "long-context-recall": 0.4, "trained-phrasing": 0.625},
+    "chance_rate": 1 / 120,
+    "world": {"countries": 120, "recall_facts": 12},
+}
+
+
+def test_the_card_states_budget_perplexity_and_rates() -> None:
+    text = training.model_card(CARD)
+    assert "800 steps x 16 windows x 128 tokens = 1,638,400 tokens" in text
+    assert "512 s on 1 CPU threads" in text
+    assert "Held-out perplexity (documents from another seed): 3.217" in text
+    assert "| trained-phrasing | 62.5% |" in text and "| held-out-phrasing | 5.0% |" in text
+    assert "(chance: 0.8%)" in text and "0.85M-parameter" in text
+    assert "a passage of 12 facts" in text
+
+
+def test_every_recipe_field_changes_the_cache_key() -> None:
+    key = training.recipe_key(training.TRAINED)
+    assert training.recipe_key(replace(training.TRAINED, steps=801)) != key
+    assert training.recipe_key(replace(training.TRAINED, world=replace(training.TRAINED.world, seed=1))) != key
+    assert training.recipe_key(training.TRAINED_DRAFT) != key
+
+
+def test_a_trained_model_is_trained_once_then_copied_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trained: list[str] = []
+
+    def fake_train(recipe: training.TrainRecipe, out_dir: Path, threads: int | None = None) -> dict[str, Any]:
+        trained.append(recipe.name)
+        out_dir.mkdir(parents=True)
+        card = {**CARD, "preset": recipe.name, "recipe_key": training.recipe_key(recipe)}
+        (out_dir / "bakeoff-model.json").write_text(json.dumps(card))
+        (out_dir / "config.json").write_text("{}")
+        return card
+
+    monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
+    models = tmp_path / "models"
+    assert not preset_is_ready(models / "trained", "trained")
+    with pytest.raises(SpecError, match="bakeoff model make --preset trained"):
+        resolve_model_dir("trained", None, models)
+    make_preset("trained", models / "trained")
+    make_preset("trained", tmp_path / "elsewhere")
+    assert trained == ["trained"]
+    assert preset_is_ready(models / "trained", "trained")
+    assert resolve_model_dir("trained", None, models) == models / "trained"
+    assert not list((tmp_path / "cache" / "models").glob("*.partial"))
+    with pytest.raises(SpecError, match="--seed"):
+        make_preset("trained", models / "x", seed=3)
+
+
+def test_a_campaign_accepts_every_preset_model_make_makes() -> None:
+    assert set(PRESET_CHOICES) == set(PRESET_NAMES)
