@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama.cpp's native `llama-server` and install its HF->GGUF converter into .venv.
+# Build llama.cpp's native `llama-server` and `llama-quantize` and install its HF->GGUF converter into .venv.
 #
 # Source: the llama-cpp-python sdist from the package index (pinned below). It vendors a
 # matching llama.cpp tree: the server sources, `convert_hf_to_gguf.py` with its
@@ -11,8 +11,9 @@
 #   ~/.cache/bakeoff/llamacpp/src/           the extracted tree
 #   ~/.cache/bakeoff/llamacpp/build/         the cmake build folder (incremental)
 #   .venv/opt/llamacpp/bin/llama-server      the installed, statically linked server
+#   .venv/opt/llamacpp/bin/llama-quantize    GGUF weight quantizer (Q8_0, Q4_K_M, Q4_0, ...)
 #   .venv/opt/llamacpp/convert/              convert_hf_to_gguf.py + conversion/ + gguf-py/
-#   .venv/bin/llama-server                   symlink, so anything with .venv/bin on PATH finds it
+#   .venv/bin/llama-server, llama-quantize   symlinks, so anything with .venv/bin on PATH finds them
 #   .venv/opt/llamacpp/STAMP                 version + build flags of what is installed
 #
 # Usage: scripts/install-llamacpp.sh [--force]     (JOBS=N to change the -j2 default)
@@ -48,7 +49,9 @@ CMAKE_FLAGS=(
   -DLLAMA_BUILD_EXAMPLES=OFF
   -DLLAMA_BUILD_SERVER=ON
 )
-WANT_STAMP="llama-cpp-python==$VERSION ${CMAKE_FLAGS[*]}"
+# Built targets, named in the stamp: adding one makes an older install rebuild (incrementally).
+TARGETS=(llama-server llama-quantize)
+WANT_STAMP="llama-cpp-python==$VERSION ${CMAKE_FLAGS[*]} targets=${TARGETS[*]}"
 
 log() { printf 'install-llamacpp: %s\n' "$*" >&2; }
 
@@ -58,7 +61,8 @@ if [[ ! -x "$PY" ]]; then
 fi
 
 if [[ "${1:-}" != "--force" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT_STAMP" \
-      && -x "$PREFIX/bin/llama-server" && -f "$PREFIX/convert/convert_hf_to_gguf.py" ]] \
+      && -x "$PREFIX/bin/llama-server" && -x "$PREFIX/bin/llama-quantize" \
+      && -f "$PREFIX/convert/convert_hf_to_gguf.py" ]] \
    && "$PY" -c "import gguf" 2>/dev/null; then
   log "already installed: $("$PREFIX/bin/llama-server" --version 2>&1 | grep -m1 version || true)"
   exit 0
@@ -95,14 +99,16 @@ fi
 log "configuring ($SRC)"
 cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" >"$CACHE/configure.log" 2>&1 \
   || { tail -30 "$CACHE/configure.log" >&2; exit 1; }
-log "building llama-server with -j$JOBS (about 15 min the first time on 2 shared cores; log: $CACHE/build.log)"
-cmake --build "$BUILD" --target llama-server -j "$JOBS" >"$CACHE/build.log" 2>&1 \
+log "building ${TARGETS[*]} with -j$JOBS (about 15 min the first time on 2 shared cores; log: $CACHE/build.log)"
+cmake --build "$BUILD" --target "${TARGETS[@]}" -j "$JOBS" >"$CACHE/build.log" 2>&1 \
   || { tail -40 "$CACHE/build.log" >&2; exit 1; }
 log "built in $(( $(date +%s) - started )) s"
 
 mkdir -p "$PREFIX/bin"
-install -m 0755 "$BUILD/bin/llama-server" "$PREFIX/bin/llama-server"
-ln -sfn "../opt/llamacpp/bin/llama-server" "$VENV/bin/llama-server"
+for target in "${TARGETS[@]}"; do
+  install -m 0755 "$BUILD/bin/$target" "$PREFIX/bin/$target"
+  ln -sfn "../opt/llamacpp/bin/$target" "$VENV/bin/$target"
+done
 
 # The converter imports its sibling `conversion/` package and, unless NO_LOCAL_GGUF is set,
 # the sibling `gguf-py/`: copy the three together so they stay at one commit.
@@ -119,4 +125,5 @@ cp -r "$SRC/conversion" "$SRC/gguf-py" "$PREFIX/convert/"
 echo "$WANT_STAMP" >"$STAMP"
 log "installed $("$PREFIX/bin/llama-server" --version 2>&1 | grep -m1 version || true)"
 log "  server:    $PREFIX/bin/llama-server (and $VENV/bin/llama-server)"
+log "  quantizer: $PREFIX/bin/llama-quantize (and $VENV/bin/llama-quantize)"
 log "  converter: $PREFIX/convert/convert_hf_to_gguf.py"

@@ -802,15 +802,19 @@ def test_container_rendering_points_the_config_flag_inside() -> None:
     assert Path(launch.argv[-1]).name == "options.yaml"
 
 
-# --- one knob value, one algorithm and one token count on every GPU backend -------------
+# --- one knob value, one algorithm and one token count on every backend -----------------
 
-SPECULATIVE_BACKENDS = ["vllm", "sglang", "trtllm"]
+SPECULATIVE_BACKENDS = ["vllm", "sglang", "trtllm", "vllm-cpu", "llamacpp"]
 
 
 def _speculation(name: str, knobs: dict[str, KnobValue]) -> tuple[str, int]:
     """(native method name, tokens proposed per step) as the framework will read them."""
     launch = _render(name, knobs)
-    if name == "vllm":
+    if name == "llamacpp":
+        argv = launch.argv
+        size = "--spec-draft-n-max" if "--spec-draft-n-max" in argv else "--spec-ngram-simple-size-m"
+        return argv[argv.index("--spec-type") + 1], int(argv[argv.index(size) + 1])
+    if name in ("vllm", "vllm-cpu"):
         config = json.loads(launch.argv[launch.argv.index("--speculative-config") + 1])
         return str(config["method"]), int(config["num_speculative_tokens"])
     if name == "sglang":
@@ -827,8 +831,14 @@ def _speculation(name: str, knobs: dict[str, KnobValue]) -> tuple[str, int]:
 NATIVE_METHODS = {
     "eagle": {"vllm": "eagle", "sglang": "EAGLE"},
     "eagle3": {"vllm": "eagle3", "sglang": "EAGLE3", "trtllm": "Eagle3"},
-    "draft": {"vllm": "draft_model", "sglang": "STANDALONE", "trtllm": "Draft_Target"},
-    "ngram": {"vllm": "ngram", "trtllm": "NGram"},
+    "draft": {
+        "vllm": "draft_model",
+        "sglang": "STANDALONE",
+        "trtllm": "Draft_Target",
+        "vllm-cpu": "draft_model",
+        "llamacpp": "draft-simple",
+    },
+    "ngram": {"vllm": "ngram", "trtllm": "NGram", "vllm-cpu": "ngram", "llamacpp": "ngram-simple"},
 }
 
 

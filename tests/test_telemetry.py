@@ -11,6 +11,7 @@ from bakeoff.observe.telemetry import (
     prefix_cache_from_counters,
     reset_prefix_cache,
     scrape,
+    speculative_from_counters,
     wait_idle,
 )
 from bakeoff.serving.backends import BACKENDS_DIR, load_backend
@@ -156,3 +157,32 @@ def test_scrape_sends_headers() -> None:
         snap = scrape(url, load_backend("sglang"), headers={"Authorization": "Bearer k"})
     assert "sglang:prompt_tokens_total" in snap
     assert state.seen_headers[-1]["Authorization"] == "Bearer k"
+
+
+SPEC_TEXT = """# HELP llamacpp:spec_decode_num_draft_tokens_total Speculative: Total draft tokens generated
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total 400
+# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
+llamacpp:spec_decode_num_accepted_tokens_total 100
+# TYPE llamacpp:spec_decode_num_drafts_total counter
+llamacpp:spec_decode_num_drafts_total 100
+"""
+
+
+@pytest.mark.parametrize("backend_name", ["llamacpp", "vllm-cpu"])
+def test_speculative_acceptance_from_the_servers_counters(backend_name: str) -> None:
+    backend = load_backend(backend_name)
+    before = parse_prometheus(SPEC_TEXT.replace("llamacpp:", "vllm:" if backend_name == "vllm-cpu" else "llamacpp:"))
+    after = {name: value * 2 for name, value in before.items()}
+    after[next(n for n in after if "accepted" in n)] += 200  # 300 more accepted of 400 more proposed
+    block = speculative_from_counters(before, after, backend)
+    assert block == {
+        "draft_tokens": 400.0,
+        "accepted_tokens": 300.0,
+        "drafts": 100.0,
+        "acceptance_rate": 0.75,
+        "accepted_per_step": 3.0,
+    }
+    # Speculation off: the counters stand still, so there is nothing to report.
+    assert speculative_from_counters(before, before, backend) is None
+    assert speculative_from_counters({}, {}, backend) is None

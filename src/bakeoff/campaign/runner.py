@@ -35,6 +35,7 @@ from bakeoff.observe.telemetry import (
     prefix_cache_from_counters,
     reset_prefix_cache,
     scrape,
+    speculative_from_counters,
     wait_idle,
 )
 from bakeoff.observe.telemetry_series import (
@@ -65,6 +66,7 @@ from bakeoff.results.summary import (
     Provenance,
     RunSummary,
     ServerDied,
+    Speculative,
     WorkloadInfo,
 )
 from bakeoff.serving.backends import BackendSpec
@@ -236,9 +238,11 @@ def execute_plan(
         block = prefix_cache_block(plan, records, counters, absent_cached_is_zero=absent_is_zero)
         # False: the reset failed, so hits may include what earlier runs left in the cache.
         block.cache_emptied_before_run = cache.ok
+    drafted = speculative_from_counters(before, after, backend) if backend else None
     summary = measured.model_copy(
         update={
             "slo": slo,
+            "speculative": Speculative(**drafted) if drafted else None,
             "workload": WorkloadInfo(
                 run=plan.name,
                 mode=plan.mode,

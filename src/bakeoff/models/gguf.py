@@ -13,6 +13,11 @@ that keeps the converter's own answer whenever it has one and, only when it has 
 reads the pre-tokenizer from ``tokenizer.json``: a lone ByteLevel pre-tokenizer with the
 GPT-2 split regex and no normalizer is exactly llama.cpp's ``gpt-2`` pre-tokenizer, by
 definition, not by guess. Anything else still fails with the converter's message.
+
+Quantized weights (the ``quantization`` knob of the llamacpp backend) are made the way
+llama.cpp users make them: ``llama-quantize`` (built beside the server) rewrites the bf16
+GGUF as Q8_0, Q4_K_M or Q4_0, cached beside it as ``model-<type>.gguf``
+(:func:`gguf_for_quantization`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ from bakeoff.errors import LaunchError
 log = logging.getLogger(__name__)
 
 OUTTYPES = ("bf16", "f16", "f32", "q8_0")
+# The quantization knob's values -> llama-quantize's type names (tools/quantize/quantize.cpp).
+QUANT_TYPES = {"q8_0": "Q8_0", "q4_k_m": "Q4_K_M", "q4_0": "Q4_0"}
+# What each GGUF type stores weights as, for the report's "effective dtype" line. K-quants mix
+# block types: Q4_K_M keeps some tensors (attn_v, ffn_down halves) at Q6_K.
+WEIGHT_DTYPES = {
+    "none": "bf16",
+    "q8_0": "int8 (Q8_0: 32-weight blocks, fp16 scale)",
+    "q4_k_m": "int4 (Q4_K_M: 256-weight super-blocks; some tensors Q6_K)",
+    "q4_0": "int4 (Q4_0: 32-weight blocks, fp16 scale)",
+}
 # Files whose change makes a converted GGUF stale.
 _INPUTS = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -46,6 +61,10 @@ def llamacpp_home() -> Path:
 def llama_server_path() -> Path:
     """The native llama-server binary (it may not exist; callers check)."""
     return llamacpp_home() / "bin" / "llama-server"
+
+
+def llama_quantize_path() -> Path:
+    return llamacpp_home() / "bin" / "llama-quantize"
 
 
 def converter_path() -> Path:
@@ -117,6 +136,52 @@ def convert_to_gguf(model_dir: Path, out: Path | None = None, outtype: str = "bf
     target.with_name(target.name + ".seconds").write_text(f"{seconds:.3f}\n")
     log.info("converted %s -> %s in %.1f s", model_dir, target, seconds)
     return target
+
+
+def quantized_gguf_path(model_dir: Path, quantization: str) -> Path:
+    return model_dir / "gguf" / f"model-{quantization}.gguf"
+
+
+def quantize_gguf(source: Path, target: Path, quantization: str) -> Path:
+    """``llama-quantize`` ``source`` (a bf16 GGUF) into ``target``, reused while newer than source."""
+    if quantization not in QUANT_TYPES:
+        raise LaunchError(f"quantization {quantization!r} not supported; choose one of: {', '.join(QUANT_TYPES)}")
+    tool = llama_quantize_path()
+    if target.is_file() and target.stat().st_mtime > max(source.stat().st_mtime, _mtime(tool)):
+        log.info("quantized GGUF up to date: %s", target)
+        return target
+    if not tool.is_file():
+        raise LaunchError(f"llama-quantize is not installed at {tool}; run scripts/install-llamacpp.sh")
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    log_path = target.with_name(target.name + ".quantize.log")
+    started = time.monotonic()
+    with open(log_path, "wb") as sink:
+        done = subprocess.run(
+            [str(tool), str(source), str(partial), QUANT_TYPES[quantization]],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+        raise LaunchError(f"llama-quantize {source} -> {quantization} failed (log {log_path}):\n{tail}")
+    partial.replace(target)
+    target.with_name(target.name + ".seconds").write_text(f"{time.monotonic() - started:.3f}\n")
+    return target
+
+
+def gguf_for_quantization(model_dir: Path, quantization: str = "none") -> Path:
+    """The GGUF a llama.cpp server reads for this ``quantization`` knob value: the bf16
+    conversion (``none``), or that conversion quantized by ``llama-quantize``; both cached."""
+    bf16 = convert_to_gguf(model_dir)
+    if quantization == "none":
+        return bf16
+    return quantize_gguf(bf16, quantized_gguf_path(bf16.parent.parent, quantization), quantization)
+
+
+def _mtime(path: Path) -> float:
+    return path.stat().st_mtime if path.is_file() else 0.0
 
 
 def conversion_seconds(gguf_path: Path) -> float | None:

@@ -198,6 +198,26 @@ def prefix_cache_from_counters(before: Snapshot, after: Snapshot, backend: Backe
     return {"server_hit_rate": None, "server_hits": None, "server_queries": None, "server_hit_unit": None}
 
 
+def speculative_from_counters(
+    before: Snapshot, after: Snapshot, backend: BackendSpec
+) -> dict[str, float | None] | None:
+    """Draft tokens proposed and accepted over the window, with the acceptance rate and the
+    accepted tokens per verification step; None when nothing was proposed (speculation off,
+    counters not exposed, or a failed scrape)."""
+    drafted = counter_delta(before, after, backend, "spec_draft_tokens")
+    accepted = counter_delta(before, after, backend, "spec_accepted_tokens")
+    if not drafted or accepted is None:
+        return None
+    drafts = counter_delta(before, after, backend, "spec_drafts")
+    return {
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "drafts": drafts,
+        "acceptance_rate": accepted / drafted,
+        "accepted_per_step": accepted / drafts if drafts else None,
+    }
+
+
 def in_flight(snapshot: Snapshot, backend: BackendSpec) -> float | None:
     """Requests running plus waiting, None when the backend does not say."""
     running = logical(snapshot, backend, "running")

@@ -574,10 +574,27 @@ METRICS: tuple[Metric, ...] = (
         lambda s: _prefix(s, "cached_tokens_ratio"),
     ),
     _figure(
+        "spec_acceptance_rate",
+        "draft acceptance",
+        "share",
+        "speculative decoding: accepted / proposed draft tokens, from the server's counters over the run.",
+        "higher",
+        lambda s: s.speculative.acceptance_rate if s.speculative else None,
+    ),
+    _figure(
+        "spec_accepted_per_step",
+        "accepted per step",
+        "tokens",
+        "speculative decoding: draft tokens accepted per verification step (each step also yields one "
+        "token of its own), from the server's counters.",
+        "higher",
+        lambda s: s.speculative.accepted_per_step if s.speculative else None,
+    ),
+    _figure(
         "engine_build_s",
         "engine build s",
         "s",
-        "TensorRT-LLM's `trtllm-build` (engine flow) or llama.cpp's GGUF conversion.",
+        "TensorRT-LLM's `trtllm-build` (engine flow) or llama.cpp's GGUF conversion (or quantization).",
         "lower",
         lambda s: _effort(s, "engine_build_s"),
     ),

@@ -234,6 +234,16 @@ class PrefixCache(Block):
     cache_emptied_before_run: bool | None = None
 
 
+class Speculative(Block):
+    """Speculative decoding over the run, from the server's own counters (differenced)."""
+
+    draft_tokens: float
+    accepted_tokens: float
+    drafts: float | None = None
+    acceptance_rate: float | None = Field(default=None, description="accepted / proposed draft tokens")
+    accepted_per_step: float | None = Field(default=None, description="accepted tokens per verification step")
+
+
 class CacheRestart(Block):
     before_run: str
     stop_s: float
@@ -374,6 +384,7 @@ class RunSummary(Block):
     rehearsal: bool = Field(default=False, description="a reference-server stand-in, never a measurement")
     cache_reset: CacheResetResult | None = None
     prefix_cache: PrefixCache | None = None
+    speculative: Speculative | None = Field(default=None, description="set when the server proposed draft tokens")
     trace: dict[str, Any] | None = Field(
         default=None, description="trace replays: source file and digest, requests, rows left out or clipped, rate"
     )

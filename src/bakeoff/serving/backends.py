@@ -86,6 +86,9 @@ class KnobSpec(_Strict):
     config_key: str | None = Field(default=None, description="dotted key in the config file")
     build_step: int | None = Field(default=None, description="engine_build step the knob feeds")
     build_flag: str | None = Field(default=None, description="flag appended to that build step")
+    model_file: bool = Field(
+        default=False, description="renders nothing: the launcher picks the model file for this value"
+    )
     value_map: dict[str, Any] = Field(default_factory=dict, description="vocabulary -> native")
     choices: list[KnobValue] | None = None
     minimum: float | None = None
@@ -109,11 +112,11 @@ class KnobSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_target(self) -> KnobSpec:
-        targets = [self.flag, self.env, self.config_key, self.true_flag or self.false_flag]
+        targets = [self.flag, self.env, self.config_key, self.true_flag or self.false_flag, self.model_file or None]
         count = sum(t is not None for t in targets)
         if count > 1 or (count == 0 and self.build_step is None and self.fills is None):
             raise ValueError(
-                "a knob needs exactly one of flag, true_flag/false_flag, env, config_key "
+                "a knob needs exactly one of flag, true_flag/false_flag, env, config_key, model_file "
                 "(or only build_step for a knob that exists in the engine build alone, "
                 "or only fills for a knob that is a parameter of another)"
             )

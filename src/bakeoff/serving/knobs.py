@@ -15,6 +15,8 @@
 - :func:`apply_pins` sets a ``pin_with`` knob alike on every server of a backend once any
   of them turns the knob it is pinned with on (vLLM's async scheduling, whose default
   differs between releases and speculative methods).
+- :func:`model_file_choice` reads the knob that picks the model file (``model_file: true``,
+  llama.cpp's ``quantization``), which renders no flag: the launcher serves that file.
 """
 
 from __future__ import annotations
@@ -198,3 +200,12 @@ def apply_pins(servers: list[tuple[BackendSpec, dict[str, KnobValue]]]) -> list[
                 extra[name] = spec.pin_with.value
         pinned.append({**knobs, **extra})
     return pinned
+
+
+def model_file_choice(backend: BackendSpec, knobs: dict[str, KnobValue]) -> str:
+    """The value of the backend's ``model_file`` knob (set, else its default); "none" without one."""
+    for name, spec in backend.knobs.items():
+        if spec.model_file:
+            value = check_knob(backend, name, knobs[name]) if name in knobs else spec.default
+            return "none" if value is None else value_key(value)
+    return "none"

@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
+from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization
 from bakeoff.models.model_source import ContainerModel, ModelSource
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.engine_env import interpreter
+from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, free_port, run_local_process
 
@@ -85,13 +87,14 @@ def _process(ctx: LaunchContext) -> Started:
     model_dir = ctx.source.local_dir_or_raise()
     model_arg = str(model_dir)
     convert_s = None
-    if backend.model_format == "gguf":
-        from bakeoff.models.gguf import conversion_seconds, convert_to_gguf
-
-        gguf = convert_to_gguf(model_dir)
-        model_arg, convert_s = str(gguf), conversion_seconds(gguf)
-    port = free_port()
     draft = {"draft_model": str(ctx.draft_dir)} if ctx.draft_dir is not None else {}
+    if backend.model_format == "gguf":
+        gguf = gguf_for_quantization(model_dir, model_file_choice(backend, ctx.server.knobs))
+        model_arg, convert_s = str(gguf), conversion_seconds(gguf)
+        if ctx.draft_dir is not None:
+            # A draft for llama.cpp is a GGUF too; the draft runs in bf16 whatever the target's type.
+            draft = {"draft_model": str(convert_to_gguf(ctx.draft_dir))}
+    port = free_port()
     launch = render_launch(
         backend,
         ctx.server.knobs,
