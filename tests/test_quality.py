@@ -144,3 +144,45 @@ def test_quality_requests_let_the_model_stop() -> None:
     settings = ClientSettings("http://h:1", "m", extra_body={"ignore_eos": True, "top_k": 1}, min_tokens=True)
     free = quality_settings(settings)
     assert free.extra_body == {"top_k": 1} and free.min_tokens is False
+
+
+def test_word_agreement_counts_leading_words_until_the_first_difference() -> None:
+    from bakeoff.campaign.quality import word_agreement
+
+    assert word_agreement("The capital of Duri is Fibi.", "the capital  of duri is fibi") == 1.0
+    assert word_agreement("a b c d", "a b x d") == 2 / 4
+    assert word_agreement("a b", "a b c d") == 2 / 4  # the longer output's words are the denominator
+    assert word_agreement("x b c", "a b c") == 0.0  # drifting at once scores 0 whatever follows
+    assert word_agreement("", "  ") == 1.0
+    answers = [
+        {"id": "a", "kind": "free", "output": "a b c d", "error": None, "truncated": False, "refused": False,
+         "length_ok": True, "valid_json": None, "exact": None},
+        {"id": "b", "kind": "free", "output": "a b", "error": None, "truncated": False, "refused": False,
+         "length_ok": True, "valid_json": None, "exact": None},
+    ]  # fmt: skip
+    rates = score(answers, baseline={"a": "a b x d", "b": "a b"})
+    assert rates["word_agreement"] == (0.5 + 1.0) / 2
+    assert score(answers)["word_agreement"] is None
+
+
+def test_exact_rates_per_group() -> None:
+    from bakeoff.campaign.quality import QualityItem, exact_by_group
+
+    items = [
+        QualityItem(id="t1", kind="exact", prompt="q", answer="Fibi", group="trained-phrasing"),
+        QualityItem(id="t2", kind="exact", prompt="q", answer="Sabela", group="trained-phrasing"),
+        QualityItem(id="h1", kind="exact", prompt="q", answer="Fibi", group="held-out-phrasing"),
+        QualityItem(id="h2", kind="exact", prompt="q", answer="Lofa", group="held-out-phrasing"),
+        QualityItem(id="free", kind="free", prompt="q", max_words=9, group="continuation"),
+    ]
+    records = {
+        "t1": RequestRecord(0, output_text=" Fibi", finish_reason="stop"),
+        "t2": RequestRecord(1, output_text=" Sabela.", finish_reason="stop"),
+        "h1": RequestRecord(2, output_text=" Duri", finish_reason="stop"),
+        "h2": RequestRecord(3, error_kind="connect"),
+        "free": RequestRecord(4, output_text="words", finish_reason="stop"),
+    }
+    answers = [check(item, records[item.id]) for item in items]
+    by_group = exact_by_group(answers, items)
+    # Failed requests are left out, never scored; free items have no exact rate.
+    assert by_group == {"trained-phrasing": 1.0, "held-out-phrasing": 0.0}

@@ -36,6 +36,7 @@ QUALITY: dict[str, Better] = {
     "quality_exact": "higher",
     "quality_length_ok": "higher",
     "quality_agreement": "higher",
+    "quality_word_agreement": "higher",
 }
 
 # Gated when a campaign has no regression block: decode speed, throughput, the tails users feel.

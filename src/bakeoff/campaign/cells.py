@@ -24,7 +24,7 @@ from bakeoff.campaign.specs import CampaignSpec, campaign_copy, load_campaign
 from bakeoff.errors import SpecError
 from bakeoff.measure.auth import request_headers
 from bakeoff.models.model_source import resolve_model
-from bakeoff.models.modelgen import resolve_model_dir
+from bakeoff.models.presets import resolve_model_dir
 from bakeoff.observe.origin import gpu_available
 from bakeoff.observe.telemetry import has_prefix_cache_counters
 from bakeoff.results.layout import CAMPAIGN_COPY, REHEARSAL_MARKER, cell_folder_name
@@ -169,6 +169,18 @@ def expand(
                 continue
             procs = None if spec.client_processes == "auto" else spec.client_processes
             cells.append(Cell(server, backend, wl, rehearse, headers, spec.model.draft_path, procs))
+    if spec.ladder is not None:  # every step's knobs, before the baseline starts
+        base = spec.servers[0]
+        backend = load_backend(base.backend)
+        knobs = dict(base.knobs)
+        for i, step in enumerate(spec.ladder.steps):
+            # Each step on top of every earlier one: a rolled-back step only leaves out knobs.
+            knobs = {**knobs, **step.knobs}
+            try:
+                render_launch(backend, knobs, model="/model", served_model_name="m", port=8000)
+            except SpecError as exc:
+                raise SpecError(f"ladder.steps[{i}] ({step.name}): {exc}") from exc
+            launches.append((f"ladder.steps[{i}]", backend, dict(knobs)))
     check_draft_models(launches, spec.model.draft_path)
     check_kv_dtypes(kv_dtypes)
     if spec.quality is not None:

@@ -16,10 +16,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bakeoff.analysis import saturation, verdict
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.cold_cache import CellServer
+from bakeoff.campaign.ladder import (
+    LADDER_FILE,
+    LADDER_MARKDOWN,
+    LadderResult,
+    StepOutcome,
+    decide,
+    outcome_of,
+    waterfall_markdown,
+)
 from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
@@ -35,8 +46,16 @@ from bakeoff.notebook.htmlexport import export_html
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.paths import notebook, notebook_kernel, reports_dir
-from bakeoff.results.layout import AUTO_REPEATS, CAMPAIGN_COPY, is_rehearsal
-from bakeoff.results.store import CELL_INFO, SUMMARY, read_summary, write_json, write_summary
+from bakeoff.results.layout import AUTO_REPEATS, CAMPAIGN_COPY, QUALITY_FILE, is_rehearsal, load_cells
+from bakeoff.results.store import (
+    CELL_INFO,
+    SUMMARY,
+    atomic_write_bytes,
+    read_json,
+    read_summary,
+    write_json,
+    write_summary,
+)
 from bakeoff.results.summary import Cost, Effort, RunSummary
 from bakeoff.serving import launchers
 from bakeoff.serving.containers import reap_containers
@@ -44,6 +63,7 @@ from bakeoff.serving.death_watch import watch_for
 from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
 from bakeoff.serving.process import ServerHandle, reap_leftovers
+from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import OpenLoop
 from bakeoff.workloads.plan_store import load_plans
 from bakeoff.workloads.plans import RunPlan
@@ -322,10 +342,15 @@ def run_campaign(
     ``fresh`` measures everything again. Ctrl-C stops the running cell within seconds
     (:mod:`bakeoff.notebook.kernelrun`), keeps what it measured and renders no report.
     """
-    name = load_campaign(path).name + ("-rehearsal" if rehearse else "")
+    loaded = load_campaign(path)
+    name = loaded.name + ("-rehearsal" if rehearse else "")
     out = (out_dir or reports_dir() / name).resolve()
     if fresh:
         resume.start_over(out)
+    if loaded.ladder is not None:
+        if only:
+            raise SpecError("--only: a ladder runs its steps in order from the baseline; drop --only")
+        return _run_ladder(path, loaded, out, rehearse=rehearse)
     spec, cells = prepare(path, out, only, rehearse=rehearse)
     # Each launch parsed by its framework (in its image, or a rehearsal stand-in) before any
     # server starts: a flag the release refuses costs seconds here, not a GPU start-up.
@@ -358,6 +383,58 @@ def run_campaign(
             print(progress.summary(), flush=True)
         report = render_report(out, failures)
     # Into the history, where the next run of this campaign cannot overwrite it (bakeoff.history.archive).
+    archive_after_run(out, path)
+    return report
+
+
+def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) -> Path:
+    """Measure the baseline, then each ladder step on the last kept knobs (:mod:`bakeoff.campaign.ladder`).
+
+    Each step becomes one more server of a plain campaign (``ladder-campaign.yaml``, no ladder
+    section), measured alone, so the cells, the report and resuming work as for any campaign.
+    """
+    assert spec.ladder is not None
+    base = spec.servers[0]
+    tried: list[ServerConfig] = []
+    failures: list[str] = []
+    derived = out / "ladder-campaign.yaml"
+
+    def measure(server: ServerConfig) -> StepOutcome:
+        tried.append(server)
+        plain = spec.model_copy(update={"servers": list(tried), "ladder": None})
+        out.mkdir(parents=True, exist_ok=True)
+        text = yaml.safe_dump(plain.model_dump(mode="json", exclude_none=True), sort_keys=False)
+        atomic_write_bytes(derived, f"# written by bakeoff from {path.resolve()}: the ladder so far\n{text}".encode())
+        _, cells = prepare(derived, out, [server.label], rehearse=rehearse)
+        refuse_on_failure(preflight_cells(cells, rehearse=rehearse, automatic=True), derived)
+        reap_leftovers(out / "cells")
+        salvage_runs(out / "cells", resolve_slo(spec.slo))
+        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells])
+        _run_cells(cells, out, failures, progress, spec)
+        print(progress.summary(), flush=True)
+        done = [c for c in load_cells(out) if c.label == server.label]
+        first = sorted((c for c in done if c.status == "ok"), key=lambda c: c.repeat)
+        found = first[0].dir / QUALITY_FILE if first else None
+        scores = read_json(found) if found is not None and found.is_file() else None
+        return outcome_of(server.label, dict(server.knobs), done, scores)
+
+    with kernel_environment():
+        kept = baseline = measure(base)
+        steps = []
+        for step in spec.ladder.steps:
+            server = base.model_copy(update={"label": step.name, "knobs": {**kept.knobs, **step.knobs}})
+            outcome = measure(server)
+            decision = decide(spec.ladder, kept, outcome)
+            steps.append((outcome, decision))
+            verdict = "kept" if decision.kept else "rolled back: " + "; ".join(decision.reasons)
+            print(f"ladder: {step.name} {verdict}", flush=True)
+            if decision.kept:
+                kept = outcome
+        result = LadderResult(baseline, steps)
+        write_json(out / LADDER_FILE, result.to_json())
+        atomic_write_bytes(out / LADDER_MARKDOWN, waterfall_markdown(result).encode())
+        print(f"ladder: final {result.final.label}; chain {' -> '.join(result.chain)}", flush=True)
+        report = render_report(out, failures)
     archive_after_run(out, path)
     return report
 

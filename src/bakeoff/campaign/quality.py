@@ -25,7 +25,15 @@ exact                ``exact`` items whose normalized output equals the normaliz
 length_ok            ``free`` items whose word count is within ``min_words``..``max_words``
 agreement            items whose normalized output equals the baseline's for the same item
                      (``quality.baseline``: a campaign folder; the same cell, else the same server)
+word_agreement       mean over those items of the share of words (whitespace-separated, after
+                     normalizing) that match the baseline's in order before the first
+                     difference: common leading words / the longer output's words (two empty
+                     outputs agree fully). A greedy decode that drifts late scores near 1,
+                     one that drifts at once near 0
 ==================== ===========================================================================
+
+An item may name a ``group`` (``trained-phrasing``, ``long-context-recall``, ...): the
+``exact`` rate is then also given per group (``exact_by_group`` beside ``rates``).
 
 Normalized: stripped, lower-cased, whitespace collapsed, trailing ``.`` removed. A rate
 whose denominator is 0 is ``None`` ("not measured"), never 0. The generated CPU models
@@ -71,6 +79,7 @@ class QualityItem(BaseModel):
     answer: str | None = None
     min_words: Annotated[int, Field(ge=0)] | None = None
     max_words: Annotated[int, Field(ge=1)] | None = None
+    group: str | None = Field(default=None, min_length=1, description="exact rates are also given per group")
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> QualityItem:
@@ -169,14 +178,41 @@ def _rate(flags: list[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
 
+def word_agreement(output: str, baseline: str) -> float:
+    """Common leading words of two normalized outputs / the longer one's words (1.0 if both empty)."""
+    ours, theirs = normalize(output).split(), normalize(baseline).split()
+    longest = max(len(ours), len(theirs))
+    if longest == 0:
+        return 1.0
+    same = 0
+    for mine, other in zip(ours, theirs, strict=False):
+        if mine != other:
+            break
+        same += 1
+    return same / longest
+
+
+def exact_by_group(answers: list[dict[str, Any]], items: list[QualityItem]) -> dict[str, float | None]:
+    """The exact rate of each item group (answered ``exact`` items only), groups in file order."""
+    group_of = {i.id: i.group for i in items if i.group is not None and i.kind == "exact"}
+    flags: dict[str, list[bool]] = {g: [] for g in group_of.values()}
+    for answer in answers:
+        group = group_of.get(answer["id"])
+        if group is not None and answer["error"] is None:
+            flags[group].append(bool(answer["exact"]))
+    return {group: _rate(values) for group, values in flags.items()}
+
+
 def score(answers: list[dict[str, Any]], baseline: dict[str, str] | None = None) -> dict[str, Any]:
     """The rates of one server's answers (see the module table); ``baseline``: item id -> output."""
     ok = [a for a in answers if a["error"] is None]
     json_items = [a for a in ok if a["kind"] == "json"]
-    agreement = None
+    agreement = words = None
     if baseline is not None:
         shared = [a for a in ok if a["id"] in baseline]
         agreement = _rate([normalize(a["output"]) == normalize(baseline[a["id"]]) for a in shared])
+        shares = [word_agreement(a["output"], baseline[a["id"]]) for a in shared]
+        words = sum(shares) / len(shares) if shares else None
     return {
         "items": len(answers),
         "answered": len(ok),
@@ -187,6 +223,7 @@ def score(answers: list[dict[str, Any]], baseline: dict[str, str] | None = None)
         "exact": _rate([a["exact"] for a in ok if a["kind"] == "exact"]),
         "length_ok": _rate([a["length_ok"] for a in ok if a["kind"] == "free"]),
         "agreement": agreement,
+        "word_agreement": words,
     }
 
 
@@ -261,6 +298,7 @@ def run_quality(
         "endpoint": endpoint,
         "temperature": 0.0,
         "rates": score(answers, baseline),
+        "exact_by_group": exact_by_group(answers, items),
         "baseline_items": len(baseline) if baseline is not None else None,
         "answers": answers,
     }

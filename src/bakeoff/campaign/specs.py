@@ -14,10 +14,12 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bakeoff.analysis.thresholds import parse_threshold
+from bakeoff.campaign.ladder import LadderSpec
 from bakeoff.campaign.quality import QualitySpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.slo import Slo
-from bakeoff.models.model_source import MODEL_FORMS, ModelRef, model_shorthand
+from bakeoff.models.model_source import MODEL_FORMS, PRESET_CHOICES, ModelRef, model_shorthand
+from bakeoff.paths import models_dir
 from bakeoff.schema import Strict, format_validation_error
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import OpenLoop, Trace, Workload
@@ -87,6 +89,9 @@ class CampaignSpec(Strict):
         default="auto", description="load-generator processes per run; auto: as many as the warm-up shows are needed"
     )
     quality: QualitySpec | None = Field(default=None, description="output checks after the speed runs")
+    ladder: LadderSpec | None = Field(
+        default=None, description="one knob at a time on top of servers[0], kept while quality holds"
+    )
     regression: dict[str, float] = Field(
         default_factory=dict,
         description="bakeoff compare's gate: metric -> threshold, e.g. {tpot_ms_p50: 5%} (bakeoff.analysis.thresholds)",
@@ -142,6 +147,19 @@ class CampaignSpec(Strict):
         return self.repeats
 
     @model_validator(mode="after")
+    def _ladder(self) -> CampaignSpec:
+        if self.ladder is None:
+            return self
+        if len(self.servers) != 1:
+            raise ValueError("a ladder climbs from one server: list only its baseline under servers")
+        if self.quality is None:
+            raise ValueError("a ladder judges every step's quality: add a quality section (e.g. prompts: trained)")
+        taken = [s.name for s in self.ladder.steps if s.name == self.servers[0].label]
+        if taken:
+            raise ValueError(f"ladder.steps[].name {taken[0]!r} is the baseline's label; rename one")
+        return self
+
+    @model_validator(mode="after")
     def _unique(self) -> CampaignSpec:
         for what, names in (
             ("servers[].label", [s.label for s in self.servers]),
@@ -177,7 +195,7 @@ def campaign_copy(path: Path, spec: CampaignSpec) -> bytes:
     written = [model.get("path"), model.get("draft_path")] if isinstance(model, dict) else [model]
     written += [s.get("model_path") for s in raw.get("servers") or [] if isinstance(s, dict)]
     written += [w.get("path") for w in raw.get("workloads") or [] if isinstance(w, dict) and w.get("kind") == "trace"]
-    if all(p is None or Path(str(p)).expanduser().is_absolute() or str(p) in ("tiny", "small") for p in written):
+    if all(p is None or Path(str(p)).expanduser().is_absolute() or str(p) in PRESET_CHOICES for p in written):
         return text
     dumped = yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
     return f"# written by bakeoff from {path.resolve()}, relative model paths made absolute\n{dumped}".encode()
@@ -187,7 +205,11 @@ def _resolve_model_paths(spec: CampaignSpec, campaign_dir: Path) -> None:
     if spec.model.path is not None:
         spec.model.path = resolve_relative(spec.model.path, campaign_dir)
     if spec.model.draft_path is not None:
-        spec.model.draft_path = resolve_relative(spec.model.draft_path, campaign_dir)
+        # A preset name (draft_path: trained-draft) is that preset's folder in the models folder.
+        name = str(spec.model.draft_path)
+        spec.model.draft_path = (
+            models_dir() / name if name in PRESET_CHOICES else resolve_relative(spec.model.draft_path, campaign_dir)
+        )
     for server in spec.servers:
         if server.model_path is not None:
             server.model_path = resolve_relative(server.model_path, campaign_dir)

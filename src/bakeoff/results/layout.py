@@ -21,7 +21,7 @@ CAMPAIGN_COPY = "campaign.yaml"  # as written by bakeoff.campaign.cells.prepare
 CELL_SEPARATOR = "__"  # a cell folder is SERVER__WORKLOAD, and SERVER__WORKLOAD__rN for repeat N > 1
 QUALITY_FILE = "quality.json"
 # The rates a quality check reports, in the order the report shows them.
-QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement")
+QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement", "word_agreement")
 REHEARSAL_MARKER = "rehearsal.json"
 AUTO_REPEATS = "repeats.json"  # repeats: auto — rounds run and why they stopped (bakeoff.campaign.execute)
 REHEARSAL_BANNER = (

@@ -1,0 +1,231 @@
+"""The optimization ladder: one knob at a time, kept only while quality holds.
+
+A campaign with a ``ladder:`` section measures its first server (the baseline), then each
+step in order on top of the last *kept* configuration: the step's knobs are merged into the
+kept knobs, the cell is measured for speed and quality like any other, and the step is
+kept unless it breaks the quality bound against the last kept step (or fails to run), in
+which case it is rolled back and the next step starts again from the last kept one. This is
+the recommended way to tune a server (measure a baseline, turn one knob at a time, re-test
+speed *and* quality, keep a rollback) turned into a campaign.
+
+This module owns the section, the keep/rollback decision (:func:`decide`, pure) and the
+waterfall (:func:`waterfall_markdown`); :func:`bakeoff.campaign.execute.run_campaign` drives
+the cells and writes ``ladder.json`` and ``ladder.md`` into the campaign folder.
+
+Quality bound, against the last kept step: the exact-answer rate may drop by at most
+``max_exact_drop`` (absolute share), and greedy outputs must keep a word agreement
+(:func:`bakeoff.campaign.quality.word_agreement`) of at least ``min_word_agreement``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from bakeoff.campaign.quality import word_agreement
+from bakeoff.results.layout import CellResult
+from bakeoff.schema import Strict
+from bakeoff.serving.backends import KnobValue
+
+LADDER_FILE = "ladder.json"
+LADDER_MARKDOWN = "ladder.md"
+
+
+class LadderStep(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    knobs: dict[str, KnobValue] = Field(min_length=1, description="merged into the last kept step's knobs")
+    why: str = Field(default="", description="what the step is expected to buy, for the report")
+
+
+class LadderSpec(Strict):
+    """Steps on top of the campaign's first server, and the quality bound each must hold."""
+
+    steps: Annotated[list[LadderStep], Field(min_length=1)]
+    max_exact_drop: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.05, description="largest allowed fall of the exact-answer rate against the last kept step"
+    )
+    min_word_agreement: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.5, description="smallest allowed mean word agreement with the last kept step's greedy outputs"
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> LadderSpec:
+        names = [s.name for s in self.steps]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"ladder.steps[].name must be unique; repeated: {', '.join(repeated)}")
+        return self
+
+
+@dataclass
+class StepOutcome:
+    """What one measured step (or the baseline) gave: speed, quality, the outputs behind it."""
+
+    label: str
+    knobs: dict[str, Any]
+    ran: bool
+    output_tok_s: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    tpot_ms_p99: float | None = None
+    itl_per_token_ms_p50: float | None = None
+    spec_acceptance_rate: float | None = None
+    exact: float | None = None
+    exact_by_group: dict[str, float | None] = field(default_factory=dict)
+    answers: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Decision:
+    step: str
+    kept: bool
+    reasons: list[str]
+    against: str  # the last kept step it was judged against
+    exact_change: float | None = None
+    word_agreement: float | None = None
+    speedup: float | None = None  # output tok/s against the last kept step
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def outcome_of(
+    label: str, knobs: dict[str, Any], cells: list[CellResult], quality: dict[str, Any] | None
+) -> StepOutcome:
+    """One step's outcome from its cells (every workload and repeat: runs averaged) and quality.json."""
+    summaries = [s for c in cells if c.status == "ok" for s in c.summaries.values()]
+    if not summaries:
+        return StepOutcome(label, knobs, ran=False)
+    rates = (quality or {}).get("rates") or {}
+    return StepOutcome(
+        label=label,
+        knobs=knobs,
+        ran=True,
+        output_tok_s=_mean([s.throughput.output_tok_s for s in summaries]),
+        ttft_ms_p50=_mean([s.latency.ttft_ms.p50 for s in summaries]),
+        ttft_ms_p99=_mean([s.latency.ttft_ms.p99 for s in summaries]),
+        tpot_ms_p50=_mean([s.latency.tpot_ms.p50 for s in summaries]),
+        tpot_ms_p99=_mean([s.latency.tpot_ms.p99 for s in summaries]),
+        itl_per_token_ms_p50=_mean([s.latency.itl_per_token_ms.p50 for s in summaries]),
+        spec_acceptance_rate=_mean([s.speculative.acceptance_rate if s.speculative else None for s in summaries]),
+        exact=rates.get("exact"),
+        exact_by_group=dict((quality or {}).get("exact_by_group") or {}),
+        answers={a["id"]: a["output"] for a in (quality or {}).get("answers", []) if a.get("error") is None},
+    )
+
+
+def decide(spec: LadderSpec, kept: StepOutcome, step: StepOutcome) -> Decision:
+    """Keep ``step`` unless it did not run or breaks the quality bound against ``kept``."""
+    reasons: list[str] = []
+    if not step.ran:
+        return Decision(step.label, False, ["the step did not run (see its cell)"], kept.label)
+    change = None if step.exact is None or kept.exact is None else step.exact - kept.exact
+    if change is None:
+        reasons.append("no exact-answer rate to judge (the campaign needs quality: with exact items)")
+    elif change < -spec.max_exact_drop:
+        reasons.append(f"exact-answer rate fell {-change:.1%} (bound {spec.max_exact_drop:.1%})")
+    shared = sorted(set(step.answers) & set(kept.answers))
+    agreement = _mean([word_agreement(step.answers[i], kept.answers[i]) for i in shared])
+    if agreement is None:
+        reasons.append(f"no greedy outputs shared with {kept.label} to compare")
+    elif agreement < spec.min_word_agreement:
+        reasons.append(f"word agreement with {kept.label} {agreement:.1%} (bound {spec.min_word_agreement:.1%})")
+    speedup = step.output_tok_s / kept.output_tok_s if step.output_tok_s is not None and kept.output_tok_s else None
+    return Decision(step.label, not reasons, reasons, kept.label, change, agreement, speedup)
+
+
+@dataclass
+class LadderResult:
+    baseline: StepOutcome
+    steps: list[tuple[StepOutcome, Decision]]
+
+    @property
+    def final(self) -> StepOutcome:
+        kept = [outcome for outcome, decision in self.steps if decision.kept]
+        return kept[-1] if kept else self.baseline
+
+    @property
+    def chain(self) -> list[str]:
+        """The kept steps in order, the baseline first: the rollback chain of the final configuration."""
+        return [self.baseline.label, *(o.label for o, d in self.steps if d.kept)]
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(outcome: StepOutcome) -> dict[str, Any]:
+            row = asdict(outcome)
+            row.pop("answers")
+            return row
+
+        return {
+            "baseline": plain(self.baseline),
+            "steps": [{"outcome": plain(o), "decision": asdict(d)} for o, d in self.steps],
+            "final": {"label": self.final.label, "knobs": self.final.knobs, "chain": self.chain},
+        }
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _change(new: float | None, old: float | None) -> str:
+    if new is None or not old:
+        return "—"
+    return f"{new / old - 1:+.0%}"
+
+
+def waterfall_markdown(result: LadderResult) -> str:
+    """The waterfall: each step against the step it was judged on, kept or rolled back, then the final chain."""
+    groups = sorted({g for o in [result.baseline, *(o for o, _ in result.steps)] for g in o.exact_by_group})
+    head = ["step", "kept", "out tok/s", "Δ tok/s", "TTFT P50 ms", "TPOT P50 ms", "TPOT P99 ms", "exact", "Δ exact"]
+    head += [f"exact: {g}" for g in groups] + ["word agreement", "draft acceptance", "why"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def row(outcome: StepOutcome, decision: Decision | None, against: StepOutcome | None) -> str:
+        cells = [
+            outcome.label,
+            "baseline" if decision is None else ("kept" if decision.kept else "rolled back"),
+            _num(outcome.output_tok_s),
+            "—" if against is None else _change(outcome.output_tok_s, against.output_tok_s),
+            _num(outcome.ttft_ms_p50),
+            _num(outcome.tpot_ms_p50, 2),
+            _num(outcome.tpot_ms_p99, 2),
+            _pct(outcome.exact),
+            "—" if decision is None or decision.exact_change is None else f"{decision.exact_change:+.0%}",
+            *(_pct(outcome.exact_by_group.get(g)) for g in groups),
+            "—" if decision is None else _pct(decision.word_agreement),
+            _pct(outcome.spec_acceptance_rate),
+            "" if decision is None else ("; ".join(decision.reasons) or "within the quality bound"),
+        ]
+        return "| " + " | ".join(cells) + " |"
+
+    lines.append(row(result.baseline, None, None))
+    kept = result.baseline
+    for outcome, decision in result.steps:
+        lines.append(row(outcome, decision, kept))
+        if decision.kept:
+            kept = outcome
+    final = result.final
+    knobs = ", ".join(f"{k}={v}" for k, v in sorted(final.knobs.items())) or "(defaults)"
+    return "\n".join(
+        [
+            "## Optimization ladder",
+            "",
+            "Each step is measured on top of the last kept step and judged against it (Δ columns).",
+            "",
+            *lines,
+            "",
+            f"**Final configuration:** `{final.label}` ({knobs}); "
+            f"{_change(final.output_tok_s, result.baseline.output_tok_s)} output tok/s against the baseline.",
+            "",
+            "**Rollback chain:** " + " → ".join(f"`{label}`" for label in result.chain),
+            "",
+        ]
+    )
