@@ -128,3 +128,17 @@ def test_speculative_tokens_without_a_method_is_refused() -> None:
 def test_vllm_cpu_quantization_says_why_not() -> None:
     with pytest.raises(KnobError, match="W4A16"):
         render_launch(load_backend("vllm-cpu"), {"quantization": "awq"}, model="/m", served_model_name="t", port=1)
+
+
+def test_effective_dtypes_name_what_each_server_stores() -> None:
+    from bakeoff.serving.knobs import effective_dtypes
+
+    llamacpp, vllm_cpu = load_backend("llamacpp"), load_backend("vllm-cpu")
+    types = {"Q4_0": 14, "F32": 5, "Q6_K": 1}
+    assert effective_dtypes(llamacpp, {"quantization": "q4_0"}, types) == {
+        "weights": "Q4_0 x14, F32 x5, Q6_K x1",
+        "kv_cache": "f16",
+    }
+    assert effective_dtypes(llamacpp, {"kv_cache_dtype": "q8_0"}, None)["kv_cache"] == "q8_0"
+    assert effective_dtypes(vllm_cpu, {}, None) == {"weights": "bfloat16", "kv_cache": "bfloat16"}
+    assert effective_dtypes(vllm_cpu, {"kv_cache_dtype": "fp8"}, None)["kv_cache"] == "fp8"

@@ -60,6 +60,7 @@ from bakeoff.results.summary import Cost, Effort, RunSummary
 from bakeoff.serving import launchers
 from bakeoff.serving.containers import reap_containers
 from bakeoff.serving.death_watch import watch_for
+from bakeoff.serving.knobs import effective_dtypes
 from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
 from bakeoff.serving.process import ServerHandle, reap_leftovers
@@ -296,6 +297,7 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "image": handle.image,
             "image_digest": handle.image_digest,
             "base_url": handle.base_url,
+            "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.extra.get("weight_types")),
         },
     }
 

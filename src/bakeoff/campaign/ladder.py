@@ -73,6 +73,7 @@ class StepOutcome:
     tpot_ms_p99: float | None = None
     itl_per_token_ms_p50: float | None = None
     spec_acceptance_rate: float | None = None
+    dtypes: dict[str, str] = field(default_factory=dict)  # weights and KV cache, as the server ran
     exact: float | None = None
     exact_by_group: dict[str, float | None] = field(default_factory=dict)
     answers: dict[str, str] = field(default_factory=dict, repr=False)
@@ -113,6 +114,7 @@ def outcome_of(
         tpot_ms_p99=_mean([s.latency.tpot_ms.p99 for s in summaries]),
         itl_per_token_ms_p50=_mean([s.latency.itl_per_token_ms.p50 for s in summaries]),
         spec_acceptance_rate=_mean([s.speculative.acceptance_rate if s.speculative else None for s in summaries]),
+        dtypes=dict(next((c.effort.get("server", {}).get("dtypes") for c in cells if c.status == "ok"), None) or {}),
         exact=rates.get("exact"),
         exact_by_group=dict((quality or {}).get("exact_by_group") or {}),
         answers={a["id"]: a["output"] for a in (quality or {}).get("answers", []) if a.get("error") is None},
@@ -185,7 +187,7 @@ def waterfall_markdown(result: LadderResult) -> str:
     """The waterfall: each step against the step it was judged on, kept or rolled back, then the final chain."""
     groups = sorted({g for o in [result.baseline, *(o for o, _ in result.steps)] for g in o.exact_by_group})
     head = ["step", "kept", "out tok/s", "Δ tok/s", "TTFT P50 ms", "TPOT P50 ms", "TPOT P99 ms", "exact", "Δ exact"]
-    head += [f"exact: {g}" for g in groups] + ["word agreement", "draft acceptance", "why"]
+    head += [f"exact: {g}" for g in groups] + ["word agreement", "draft acceptance", "weights", "KV", "why"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def row(outcome: StepOutcome, decision: Decision | None, against: StepOutcome | None) -> str:
@@ -202,6 +204,8 @@ def waterfall_markdown(result: LadderResult) -> str:
             *(_pct(outcome.exact_by_group.get(g)) for g in groups),
             "—" if decision is None else _pct(decision.word_agreement),
             _pct(outcome.spec_acceptance_rate),
+            outcome.dtypes.get("weights", "—"),
+            outcome.dtypes.get("kv_cache", "—"),
             "" if decision is None else ("; ".join(decision.reasons) or "within the quality bound"),
         ]
         return "| " + " | ".join(cells) + " |"

@@ -40,14 +40,6 @@ log = logging.getLogger(__name__)
 OUTTYPES = ("bf16", "f16", "f32", "q8_0")
 # The quantization knob's values -> llama-quantize's type names (tools/quantize/quantize.cpp).
 QUANT_TYPES = {"q8_0": "Q8_0", "q4_k_m": "Q4_K_M", "q4_0": "Q4_0"}
-# What each GGUF type stores weights as, for the report's "effective dtype" line. K-quants mix
-# block types: Q4_K_M keeps some tensors (attn_v, ffn_down halves) at Q6_K.
-WEIGHT_DTYPES = {
-    "none": "bf16",
-    "q8_0": "int8 (Q8_0: 32-weight blocks, fp16 scale)",
-    "q4_k_m": "int4 (Q4_K_M: 256-weight super-blocks; some tensors Q6_K)",
-    "q4_0": "int4 (Q4_0: 32-weight blocks, fp16 scale)",
-}
 # Files whose change makes a converted GGUF stale.
 _INPUTS = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -178,6 +170,19 @@ def gguf_for_quantization(model_dir: Path, quantization: str = "none") -> Path:
     if quantization == "none":
         return bf16
     return quantize_gguf(bf16, quantized_gguf_path(bf16.parent.parent, quantization), quantization)
+
+
+def tensor_types(path: Path) -> dict[str, int]:
+    """How many tensors of each type a GGUF holds (``{"Q4_0": 14, "Q6_K": 1, "F32": 5}``): the
+    effective weight types, since llama-quantize falls back to another type for tensors whose
+    rows do not fit the asked one's block (Q4_K needs rows of 256: a 128-wide model gets Q5_0)."""
+    # gguf-py is installed by install-llamacpp.sh with the converter, not a harness dependency.
+    from gguf import GGUFReader
+
+    counts: dict[str, int] = {}
+    for tensor in GGUFReader(str(path)).tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _mtime(path: Path) -> float:

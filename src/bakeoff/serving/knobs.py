@@ -15,6 +15,7 @@
 - :func:`apply_pins` sets a ``pin_with`` knob alike on every server of a backend once any
   of them turns the knob it is pinned with on (vLLM's async scheduling, whose default
   differs between releases and speculative methods).
+- :func:`effective_dtypes` says what a server stores weights and KV cache in.
 - :func:`model_file_choice` reads the knob that picks the model file (``model_file: true``,
   llama.cpp's ``quantization``), which renders no flag: the launcher serves that file.
 """
@@ -209,3 +210,27 @@ def model_file_choice(backend: BackendSpec, knobs: dict[str, KnobValue]) -> str:
             value = check_knob(backend, name, knobs[name]) if name in knobs else spec.default
             return "none" if value is None else value_key(value)
     return "none"
+
+
+def effective_dtypes(
+    backend: BackendSpec, knobs: dict[str, KnobValue], weight_types: dict[str, int] | None
+) -> dict[str, str]:
+    """The weight and KV-cache types a server runs with, for the report.
+
+    ``weight_types``: a GGUF's tensor types by count (what llama-quantize actually wrote);
+    otherwise the ``dtype`` knob. KV ``auto`` is llama.cpp's f16 for GGUF backends and the
+    weights' dtype for the others.
+    """
+
+    def value(name: str) -> str | None:
+        if name in knobs:
+            return value_key(check_knob(backend, name, knobs[name]))
+        spec = backend.knobs.get(name)
+        return None if spec is None or spec.default is None else value_key(spec.default)
+
+    dtype = value("dtype") or "model dtype"
+    weights = ", ".join(f"{name} x{count}" for name, count in weight_types.items()) if weight_types else dtype
+    kv = value("kv_cache_dtype") or "auto"
+    if kv == "auto":
+        kv = "f16" if backend.model_format == "gguf" else dtype
+    return {"weights": weights, "kv_cache": kv}

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
-from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization
+from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization, tensor_types
 from bakeoff.models.model_source import ContainerModel, ModelSource
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.engine_env import interpreter
@@ -108,6 +108,8 @@ def _process(ctx: LaunchContext) -> Started:
         launch, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
+        if backend.model_format == "gguf":
+            handle.extra["weight_types"] = tensor_types(Path(model_arg))
         yield handle, launch
 
 
