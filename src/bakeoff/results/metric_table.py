@@ -558,6 +558,16 @@ METRICS: tuple[Metric, ...] = (
         lambda s: _prefix(s, "designed_reuse"),
     ),
     _figure(
+        "reusable",
+        "reusable",
+        "share",
+        "the designed reuse the server's prefix cache can realise: each request's repeated prefix rounded "
+        "down to whole cache blocks (vLLM-CPU 128 tokens, vLLM GPU 16, TensorRT-LLM 32, SGLang and llama.cpp any "
+        "token run).",
+        None,
+        lambda s: _prefix(s, "reusable"),
+    ),
+    _figure(
         "server_hit_rate",
         "server hit rate",
         "share",

@@ -225,6 +225,10 @@ class PrefixCache(Block):
     """Designed prefix reuse beside what the server's counters and usage say was realised."""
 
     designed_reuse: float | None = None
+    cache_granularity: int | None = Field(default=None, description="the server's prefix-cache block, tokens")
+    reusable: float | None = Field(
+        default=None, description="the designed reuse whole blocks of that size can realise (1: any token run)"
+    )
     cached_tokens_ratio: float | None = None
     server_hit_rate: float | None = None
     server_hits: float | None = None

@@ -230,6 +230,10 @@ class BackendSpec(_Strict):
         description="interpreter {python} renders to: the harness's, or the engine environment's",
     )
     model_format: Literal["hf", "gguf"] = Field(default="hf", description="gguf: converted first")
+    prefix_cache_granularity: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="tokens per prefix-cache block: only whole shared blocks are reused (1: any shared token run)",
+    )
     rehearsal_profile: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None, description="reference-server profile that stands in for this backend in a rehearsal"
     )

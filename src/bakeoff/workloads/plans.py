@@ -19,7 +19,7 @@ import orjson
 from bakeoff.errors import SpecError
 from bakeoff.workloads.lengths import LengthDist, sample_length
 from bakeoff.workloads.prompts import PromptFactory
-from bakeoff.workloads.traces.rows import reuse_share
+from bakeoff.workloads.traces.rows import reused_tokens
 
 
 class RequestShape(Protocol):
@@ -193,19 +193,22 @@ def retime(requests: list[PlannedRequest], times: list[float]) -> list[PlannedRe
     return [at_arrival(r, t) for r, t in zip(requests, times, strict=True)]
 
 
-def designed_reuse(plan: RunPlan) -> float | None:
-    """Share of prompt tokens that repeat an earlier prefix, by construction of the plan.
+def _reuse_by_request(plan: RunPlan) -> list[tuple[int, int]] | None:
+    """(prompt tokens, tokens repeating an earlier prefix) per request, by construction of the plan.
 
     Turn 1 of the first conversation reuses nothing; turn 1 of the others reuses the shared
     system prompt; turn t > 1 reuses the whole previous prompt plus its reply. A trace
     replay reuses what its block ids share with earlier requests (:mod:`bakeoff.workloads.traces.rows`).
+    None for a plan that designs no reuse.
     """
     if plan.trace:
         sent = [(r.prompt_tokens, blocks) for r, blocks in zip(plan.requests, plan.request_blocks, strict=True)]
-        return reuse_share(sent, plan.block_size)
+        if plan.block_size <= 0:
+            return [(prompt, 0) for prompt, _ in sent]
+        return list(zip((p for p, _ in sent), reused_tokens(sent, plan.block_size), strict=True))
     if plan.mode != "sessions" or not plan.sessions:
         return None
-    total = reused = 0
+    rows = []
     for index, session in enumerate(plan.sessions):
         prompt = plan.system_prompt_tokens
         for turn in range(len(session.user_turns)):
@@ -213,9 +216,27 @@ def designed_reuse(plan: RunPlan) -> float | None:
             prompt = (
                 previous + session.user_tokens if turn == 0 else previous + session.output_len + session.user_tokens
             )
-            total += prompt
             if turn == 0:
-                reused += plan.system_prompt_tokens if index > 0 else 0
+                rows.append((prompt, plan.system_prompt_tokens if index > 0 else 0))
             else:
-                reused += previous + session.output_len
-    return reused / total if total else None
+                rows.append((prompt, previous + session.output_len))
+    return rows
+
+
+def designed_reuse(plan: RunPlan) -> float | None:
+    """Share of prompt tokens that repeat an earlier prefix, by construction of the plan."""
+    return reusable_share(plan, 1)
+
+
+def reusable_share(plan: RunPlan, granularity: int) -> float | None:
+    """The designed reuse a cache of ``granularity``-token blocks can realise: each request's
+    repeated prefix rounded down to whole blocks (1: any shared run of tokens, as a radix
+    tree or llama.cpp's per-token prefix match). A plan sharing 32 tokens per request can
+    realise nothing on vLLM-CPU's 128-token blocks."""
+    rows = _reuse_by_request(plan)
+    if rows is None:
+        return None
+    total = sum(prompt for prompt, _ in rows)
+    if not total:
+        return None
+    return sum(reused // granularity * granularity for _, reused in rows) / total
