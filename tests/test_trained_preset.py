@@ -83,3 +83,13 @@ def test_a_trained_model_is_trained_once_then_copied_from_the_cache(
 
 def test_a_campaign_accepts_every_preset_model_make_makes() -> None:
     assert set(PRESET_CHOICES) == set(PRESET_NAMES)
+
+
+def test_the_trained_tokenizer_has_the_words_benchmark_prompts_are_built_from(tmp_path: Path) -> None:
+    from bakeoff.workloads.prompts import MIN_WORDS, PromptFactory, load_tokenizer
+
+    tokenizer = training._tokenizer(training.TRAINED)
+    tokenizer.save_pretrained(tmp_path)
+    assert len(PromptFactory(load_tokenizer(tmp_path)).words) >= MIN_WORDS
+    # Names are whole tokens (what lets a small model learn facts fast).
+    assert tokenizer.tokenize(" Duri Fibi") == ["ĠDuri", "ĠFibi"]

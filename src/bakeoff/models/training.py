@@ -52,7 +52,7 @@ class TrainRecipe:
     name: str
     arch: Architecture
     world: WorldRecipe = field(default_factory=WorldRecipe)
-    steps: int = 800
+    steps: int = 700
     batch_size: int = 16
     seq_len: int = 128
     learning_rate: float = 5e-3
@@ -64,7 +64,7 @@ class TrainRecipe:
 TRAINED = TrainRecipe(
     name="trained",
     arch=Architecture(
-        vocab_size=1024,
+        vocab_size=1536,
         hidden_size=128,
         num_layers=3,
         num_heads=2,
@@ -78,7 +78,7 @@ TRAINED_DRAFT = replace(
     TRAINED,
     name="trained-draft",
     arch=Architecture(
-        vocab_size=1024,
+        vocab_size=1536,
         hidden_size=64,
         num_layers=1,
         num_heads=1,
