@@ -297,7 +297,7 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "image": handle.image,
             "image_digest": handle.image_digest,
             "base_url": handle.base_url,
-            "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.extra.get("weight_types")),
+            "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.weight_types),
         },
     }
 

@@ -109,7 +109,7 @@ def _process(ctx: LaunchContext) -> Started:
     ) as handle:
         handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
         if backend.model_format == "gguf":
-            handle.extra["weight_types"] = tensor_types(Path(model_arg))
+            handle.weight_types = tensor_types(Path(model_arg))
         yield handle, launch
 
 

@@ -40,6 +40,8 @@ class ServerHandle:
     container_id: str | None = None
     image: str | None = None
     image_digest: str | None = None
+    # A GGUF server's tensor types by count (what llama-quantize wrote), for the report.
+    weight_types: dict[str, int] | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
 
