@@ -186,7 +186,8 @@ def _change(new: float | None, old: float | None) -> str:
 def waterfall_markdown(result: LadderResult) -> str:
     """The waterfall: each step against the step it was judged on, kept or rolled back, then the final chain."""
     groups = sorted({g for o in [result.baseline, *(o for o, _ in result.steps)] for g in o.exact_by_group})
-    head = ["step", "kept", "out tok/s", "Δ tok/s", "TTFT P50 ms", "TPOT P50 ms", "TPOT P99 ms", "exact", "Δ exact"]
+    head = ["step", "kept", "out tok/s", "Δ tok/s", "TTFT P50 ms", "TPOT P50 ms", "TPOT P99 ms", "ITL/token P50 ms"]
+    head += ["exact", "Δ exact"]
     head += [f"exact: {g}" for g in groups] + ["word agreement", "draft acceptance", "weights", "KV", "why"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -199,6 +200,8 @@ def waterfall_markdown(result: LadderResult) -> str:
             _num(outcome.ttft_ms_p50),
             _num(outcome.tpot_ms_p50, 2),
             _num(outcome.tpot_ms_p99, 2),
+            # Per token, not per chunk: with speculation a chunk can carry several tokens.
+            _num(outcome.itl_per_token_ms_p50, 2),
             _pct(outcome.exact),
             "—" if decision is None or decision.exact_change is None else f"{decision.exact_change:+.0%}",
             *(_pct(outcome.exact_by_group.get(g)) for g in groups),
