@@ -112,7 +112,10 @@ def outcome_of(
         ttft_ms_p99=_mean([s.latency.ttft_ms.p99 for s in summaries]),
         tpot_ms_p50=_mean([s.latency.tpot_ms.p50 for s in summaries]),
         tpot_ms_p99=_mean([s.latency.tpot_ms.p99 for s in summaries]),
-        itl_per_token_ms_p50=_mean([s.latency.itl_per_token_ms.p50 for s in summaries]),
+        # Left out where the client read several chunks at once (the gaps are then not the server's).
+        itl_per_token_ms_p50=_mean(
+            [None if s.latency.itl_per_token_ms.unsupported else s.latency.itl_per_token_ms.p50 for s in summaries]
+        ),
         spec_acceptance_rate=_mean([s.speculative.acceptance_rate if s.speculative else None for s in summaries]),
         dtypes=dict(next((c.effort.get("server", {}).get("dtypes") for c in cells if c.status == "ok"), None) or {}),
         exact=rates.get("exact"),
