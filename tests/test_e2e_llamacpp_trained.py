@@ -46,7 +46,9 @@ def test_int4_weights_with_a_draft_answer_and_report_acceptance(tmp_path: Path) 
         run_dir=tmp_path,
         draft_dir=_trained("trained-draft"),
     )
-    items = [i for i in load_prompt_set("trained") if i.group == "trained-phrasing"][:16]
+    exam = load_prompt_set("trained")
+    # Short answers end after a token or two (nothing left to draft); continuations run 48 tokens.
+    items = [i for i in exam if i.group == "trained-phrasing"][:12] + [i for i in exam if i.group == "continuation"][:8]
     with start_server(ctx) as (handle, launch):
         assert "--model-draft" in launch.argv and launch.argv[launch.argv.index("--model") + 1].endswith("q4_0.gguf")
         assert handle.weight_types is not None and handle.weight_types.get("Q4_0", 0) > 0
@@ -54,7 +56,7 @@ def test_int4_weights_with_a_draft_answer_and_report_acceptance(tmp_path: Path) 
         settings = ClientSettings(base_url=handle.base_url, model="trained")
         records = asyncio.run(ask(settings, planned(items, "completions"), concurrency=2))
         after = scrape(handle.base_url, backend)
-    answers = [check(item, record) for item, record in zip(items, records, strict=True)]
+    answers = [check(item, record) for item, record in zip(items, records, strict=True) if item.kind == "exact"]
     exact = sum(bool(a["exact"]) for a in answers) / len(answers)
     assert exact > 0.5, [a["output"] for a in answers]  # chance is 1 in 120
     drafted = speculative_from_counters(before, after, backend)
