@@ -6,7 +6,11 @@ import argparse
 import datetime as dt
 import io
 import json
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -401,3 +405,29 @@ def test_long_steps_show_elapsed_time_on_a_terminal_and_nothing_in_ci(monkeypatc
     with working("pulling img:1", stream=quiet):
         pass
     assert quiet.getvalue() == ""
+
+
+# --- stopping: SIGTERM as Ctrl-C ------------------------------------------------------------
+
+
+def test_sigterm_stops_bench_like_ctrl_c_with_a_summary_and_the_partial_table(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with serve_reference(ttft_ms=5, itl_ms=20) as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bakeoff", "bench", "--base-url", url, "--model", MODEL, "--concurrency", "2",
+             "--num-requests", "400", "--input-len", "8", "--output-len", "16", "--warmup", "0", "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        journal = out / "records.jsonl"
+        while not (journal.is_file() and len(journal.read_bytes().splitlines()) >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["requests"]["ok"] >= 3
+    assert (out / "records.parquet").is_file()
+    assert "(interrupted)" in stdout and "run" in stdout.splitlines()[0], stdout
+    assert "Traceback" not in stderr

@@ -120,7 +120,11 @@ def cell_info(campaign: Path, cell: str) -> dict[str, object]:
 # --- a real campaign, interrupted ----------------------------------------------------------
 
 
-def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothing(campaign: Path) -> None:
+# SIGTERM is how timeout, docker stop, systemd and Kubernetes stop a scheduled run: it must be Ctrl-C's twin.
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothing(
+    campaign: Path, stop: signal.Signals
+) -> None:
     proc = start(campaign)
     wait_for(lambda: lines(journal(campaign, "a__w")) >= 3, 60, "the first cell's first records")
     procs = family(proc)
@@ -129,7 +133,7 @@ def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothi
     ), "the kernel and the server should both be running mid-cell"
     seen = lines(journal(campaign, "a__w"))
     sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     output, _ = proc.communicate(timeout=20)
     assert time.monotonic() - sent < 8, output
     assert proc.returncode == 130, output

@@ -22,7 +22,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from bakeoff.errors import ServerDiedError, SpecError
-from bakeoff.results.store import RECORDS_JOURNAL, RUN_INFO, SUMMARY, read_journal
+from bakeoff.results.store import RECORDS_JOURNAL, RUN_INFO, SUMMARY, read_journal, read_summary
+from bakeoff.results.summary import RunSummary
 from bakeoff.schema import flag_errors
 from bakeoff.workloads.kinds import Workload
 
@@ -283,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         connect_timeout_s=args.connect_timeout,
     )
     target = RunTarget(settings, server_info={"base_url": args.base_url, "external": True})
-    summaries = {}
+    summaries: dict[str, RunSummary] = {}
     for plan in plans:
         # One plan writes straight into --out (as before); a sweep gets a folder per run.
         run_dir = args.out if len(plans) == 1 else args.out / plan.name
@@ -291,6 +292,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             summaries[plan.name] = summary = execute_plan(plan, target, run_dir)
         except ServerDiedError:
             print_failures(run_dir)  # what the server said before it died
+            raise
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM: the interrupted run wrote its summary; show what was measured, then stop.
+            if (run_dir / SUMMARY).is_file():
+                summaries[f"{plan.name} (interrupted)"] = read_summary(run_dir / SUMMARY)
+            if summaries:
+                print(summary_table(summaries))
+            print(f"results: {args.out} (interrupted)")
             raise
         print_failures(run_dir)
     print(summary_table(summaries))

@@ -7,7 +7,9 @@ with exit status 2; input is validated before any server starts.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -317,8 +319,36 @@ def _history_handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
     return HANDLERS
 
 
+# Commands that measure or hold a server: a SIGTERM (timeout, docker stop, systemd, Kubernetes) stops them as
+# Ctrl-C does, so the run still writes its summary and tears its server down.
+GRACEFUL_ON_SIGTERM = ("bench", "campaign", "serve")
+
+
+def _sigterm_as_sigint(signum: int, frame: object) -> None:
+    """Hand SIGTERM to whatever handles SIGINT right now (asyncio's runner cancels its task; else KeyboardInterrupt).
+
+    A SIGINT handler that is not a function (SIG_IGN, inherited by a process a script started in the
+    background) would make SIGTERM do nothing: then it is a KeyboardInterrupt directly.
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # type: ignore[arg-type]
+        return
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    graceful = args.command in GRACEFUL_ON_SIGTERM and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_sigint) if graceful else None
+    try:
+        return _dispatch(args)
+    finally:
+        if graceful:  # main() called in-process (tests) gives the handler back
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     handlers = {
         "bench": cmd_bench,
         "model": cmd_model,
