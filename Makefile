@@ -24,7 +24,6 @@ ENGINE_TESTS := -m "e2e or container"
 
 demo: venv llamacpp models
 	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
-	@echo "report: $(CURDIR)/reports/cpu-demo/report.html"
 
 test: venv llamacpp podman images browser models models-trained wheels lint
 	$(BIN)/pytest $(UNIT_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -27,6 +28,7 @@ from bakeoff.errors import SpecError
 from bakeoff.measure.metrics import summarize
 from bakeoff.ref.options import MODEL
 from bakeoff.report.measured_apart import measured_apart_note
+from bakeoff.report.tables import start_note, styled
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import write_summary
 from bakeoff.serving.reference import serve_reference
@@ -132,7 +134,7 @@ def test_a_bad_model_value_shows_the_right_forms_not_a_class_name(tmp_path: Path
         ({"servers": [{"backend": "vllm-cpu", "knob": {}}]}, "servers.0.knob", "backend, label, knobs"),
         (
             {"workloads": [{"kind": "open_loop", "rate": [1], "rates": [1], "input_len": 8, "output_len": 8}]},
-            "workloads.0.open_loop.rate",
+            "workloads.0.rate",
             "rates, arrival, burstiness",
         ),
     ],
@@ -431,3 +433,65 @@ def test_sigterm_stops_bench_like_ctrl_c_with_a_summary_and_the_partial_table(tm
     assert (out / "records.parquet").is_file()
     assert "(interrupted)" in stdout and "run" in stdout.splitlines()[0], stdout
     assert "Traceback" not in stderr
+
+
+# --- messages: did you mean, plain words, locations ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"servers": [{"backend": "vllm-cpu", "knob": {}}]}, "servers.0.knob: unknown key (did you mean 'knobs'?)"),
+        (
+            {"workloads": [{"kind": "concurency", "levels": [1], "input_len": 8, "output_len": 8}]},
+            "workloads.0.kind: unknown kind 'concurency' (did you mean 'concurrency'?); valid kinds: concurrency, "
+            "open_loop, multi_turn",
+        ),
+        (
+            {"workloads": [{"kind": "multi_turn", "conversations": 1, "turns": 2, "user_len": 8, "output_len": 8,
+                            "concurency": 2}]},  # fmt: skip
+            "workloads.0.concurency: unknown key (did you mean 'concurrency'?); valid keys here: name",
+        ),
+        (
+            {"workloads": [{"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8, "warmup": 1}]},
+            "workloads.0.warmup: unknown key (did you mean 'warmup_requests'?); valid keys here: name",
+        ),
+    ],
+)
+def test_typos_get_did_you_mean_the_valid_choices_and_no_pydantic_wording(
+    tmp_path: Path, patch: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(SpecError) as err:
+        load_campaign(write(tmp_path / "c.yaml", {**BASE, "model": "tiny", **patch}))
+    message = str(err.value)
+    assert expected in message, message
+    assert "Input tag" not in message and "Value error" not in message and "expected tags" not in message
+
+
+def test_a_knob_typo_names_its_servers_knobs_location_and_the_closest_knob(tmp_path: Path) -> None:
+    spec = {**BASE, "model": "tiny", "servers": [{"backend": "llamacpp", "knobs": {"max_num_seq": 4}}]}
+    with pytest.raises(SpecError) as err:
+        validate_campaign(write(tmp_path / "c.yaml", spec))
+    assert str(err.value).startswith("servers.0.knobs (llamacpp): "), err.value
+    assert "(did you mean 'max_num_seqs'?)" in str(err.value)
+
+
+def test_a_base_url_without_a_scheme_is_told_to_add_http(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, *bench_args("127.0.0.1:8000", tmp_path / "r", "--concurrency", "1"))
+    assert code == 2 and "add it: http://127.0.0.1:8000" in err and "unknown url type" not in err
+
+
+def test_report_tables_show_concurrency_as_a_whole_number() -> None:
+    frame = pd.DataFrame({"server": ["a", "b"], "concurrency": [1.0, None], "out tok/s": [12.345, 3.0]})
+    html = styled(frame).to_html()
+    assert ">1<" in html and "1.00" not in html and "12.35" in html
+
+
+def test_a_warm_restart_slower_than_the_cold_start_is_flagged() -> None:
+    assert "slower than the cold start (25 s)" in start_note(25.0, 50.0)
+    assert start_note(25.0, 10.0) == "-" and start_note(None, 50.0) == "-"
+
+
+def test_make_demo_leaves_the_report_line_to_campaign_run() -> None:
+    recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert "campaign run" in recipe and "report:" not in recipe  # campaign run prints "report: PATH" itself

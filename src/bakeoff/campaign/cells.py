@@ -21,7 +21,7 @@ import yaml
 from bakeoff.campaign import quality
 from bakeoff.campaign.rehearsal import rehearsal_spec, write_marker
 from bakeoff.campaign.specs import CampaignSpec, campaign_copy, load_campaign
-from bakeoff.errors import SpecError
+from bakeoff.errors import KnobError, SpecError
 from bakeoff.measure.auth import request_headers
 from bakeoff.models.model_source import resolve_model
 from bakeoff.models.presets import resolve_model_dir
@@ -148,7 +148,10 @@ def expand(
         where = f"servers[{i}]"
         if backend.accelerator == "gpu" and not spec.gpu:
             raise SpecError(f"{where}.backend: {backend.name} needs a GPU; set gpu: true in the campaign")
-        render_launch(backend, server.knobs, model="/model", served_model_name="m", port=8000)
+        try:
+            render_launch(backend, server.knobs, model="/model", served_model_name="m", port=8000)
+        except KnobError as exc:  # located as a schema error is: the path of the knobs the user wrote
+            raise KnobError(f"servers.{i}.knobs ({server.label}): {exc}") from None
         check_model_dtype(where, backend, dict(server.knobs), server.model_path or model_dir)
         headers = request_headers(
             server.api_key_env, server.headers, where=f"{where}.api_key_env", where_headers=f"{where}.headers"

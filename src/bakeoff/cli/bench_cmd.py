@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -177,6 +178,16 @@ def print_failures(run_dir: Path) -> None:
         print(f"  {line}", file=sys.stderr)
 
 
+def base_url(text: str) -> str:
+    """``--base-url``: a URL with its scheme (``127.0.0.1:8000`` is told to add ``http://``)."""
+    scheme = urlsplit(text).scheme
+    if "://" not in text or scheme not in ("http", "https"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no http:// or https:// in front; add it: http://{text.split('://')[-1]}"
+        )
+    return text
+
+
 def _positive(name: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -192,7 +203,7 @@ def _positive(name: str) -> Callable[[str], int]:
 
 def add_bench_options(bench: argparse.ArgumentParser) -> None:
     """``bakeoff bench``'s options; each refused value names its flag."""
-    bench.add_argument("--base-url", required=True, help="the server's root URL, without /v1 (http(s)://host:port)")
+    bench.add_argument("--base-url", required=True, type=base_url, help="the server's root URL, without /v1 (http(s)://host:port)")
     bench.add_argument("--model", required=True, help="served model name")
     bench.add_argument("--endpoint", choices=["completions", "chat"], default="completions", help="API to call")
     bench.add_argument(

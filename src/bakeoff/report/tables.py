@@ -176,9 +176,26 @@ def results_frame(campaign_dir: Path) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+# Columns that count things: shown as whole numbers even where a missing value made the column float
+# (an open-loop row has no concurrency), so concurrency 1 reads "1", not "1.00".
+WHOLE_NUMBER_COLUMNS = ("concurrency", "repeat", "ok", "failed", "failed starts", "flags changed", "config lines")
+
+
 def styled(table: pd.DataFrame) -> Any:
-    """A table for the report: no index column, two decimals, '-' for missing values."""
-    return table.style.hide(axis="index").format(precision=2, na_rep="-", thousands=",")
+    """A table for the report: no index column, two decimals, '-' for missing values, counts as whole numbers."""
+    style = table.style.hide(axis="index").format(precision=2, na_rep="-", thousands=",")
+    whole = [c for c in WHOLE_NUMBER_COLUMNS if c in table.columns and pd.api.types.is_numeric_dtype(table[c])]
+    return style.format("{:,.0f}", subset=whole, na_rep="-") if whole else style
+
+
+def start_note(cold_s: float | None, warm_s: float | None) -> str:
+    """Flags a warm restart slower than the cold start: the caches a restart should reuse did not help."""
+    if cold_s is None or warm_s is None or pd.isna(cold_s) or pd.isna(warm_s) or warm_s <= cold_s:
+        return "-"
+    return (
+        f"warm restart ({warm_s:.0f} s) slower than the cold start ({cold_s:.0f} s): the caches a restart "
+        "reuses did not help, or the machine was busy; read the restart's server.log"
+    )
 
 
 def headline_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -212,6 +229,7 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
         seen.add(label)
         effort = cell.effort
         needs = effort.get("knob_change_needs", {})
+        warm_s = effort.get("warm_restart_s", warm.get(cell.label))
         rows.append(
             {
                 "server": label,
@@ -219,7 +237,7 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
                 "image build s": effort.get("image_build_s"),
                 "engine build s": effort.get("engine_build_s"),
                 "cold start s": effort.get("cold_start_s"),
-                "warm restart s": effort.get("warm_restart_s", warm.get(cell.label)),
+                "warm restart s": warm_s,
                 "cache-emptying restarts s": effort.get("cache_restart_s") or None,
                 "flags changed": effort.get("flags_changed"),
                 "config lines": effort.get("config_lines"),
@@ -228,6 +246,7 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
                 "failed starts": len(effort.get("failed_start_attempts", [])),
                 "framework warnings": "; ".join(effort.get("launch_warnings", [])) or "-",
                 "status": cell.status,
+                "start note": start_note(effort.get("cold_start_s"), warm_s),
             }
         )
     return pd.DataFrame(rows).round(1)

@@ -27,6 +27,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.errors import KnobError, SpecError
+from bakeoff.schema import did_you_mean
 
 if TYPE_CHECKING:
     from bakeoff.serving.backends import BackendSpec, KnobSpec, KnobValue
@@ -42,7 +43,8 @@ def check_knob(backend: BackendSpec, name: str, value: KnobValue) -> KnobValue:
 
     where = f"backend {backend.name!r}, knob {name!r}"
     if name not in KNOB_VOCABULARY:
-        raise KnobError(f"{where}: not a bakeoff knob; known knobs: {', '.join(KNOB_VOCABULARY)}")
+        hint = did_you_mean(name, backend.knobs) or did_you_mean(name, KNOB_VOCABULARY)
+        raise KnobError(f"{where}: not a bakeoff knob{hint}; known knobs: {', '.join(KNOB_VOCABULARY)}")
     spec = backend.knobs.get(name)
     if spec is None:
         have = ", ".join(sorted(backend.knobs)) or "none"
