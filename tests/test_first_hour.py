@@ -448,8 +448,7 @@ def test_sigterm_stops_bench_like_ctrl_c_with_a_summary_and_the_partial_table(tm
             "open_loop, multi_turn",
         ),
         (
-            {"workloads": [{"kind": "multi_turn", "conversations": 1, "turns": 2, "user_len": 8, "output_len": 8,
-                            "concurency": 2}]},  # fmt: skip
+            {"workloads": [{"kind": "multi_turn", "conversations": 1, "turns": 2, "output_len": 8, "concurency": 2}]},
             "workloads.0.concurency: unknown key (did you mean 'concurrency'?); valid keys here: name",
         ),
         (
@@ -495,3 +494,22 @@ def test_a_warm_restart_slower_than_the_cold_start_is_flagged() -> None:
 def test_make_demo_leaves_the_report_line_to_campaign_run() -> None:
     recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "campaign run" in recipe and "report:" not in recipe  # campaign run prints "report: PATH" itself
+
+
+def test_the_help_summary_names_every_command() -> None:
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in commands:
+        assert f"  bakeoff {name} " in cli.DESCRIPTION, name
+
+
+def test_readme_says_how_to_run_bakeoff_after_make_demo_and_its_campaign_table_matches_the_files() -> None:
+    readme = (REPO / "README.md").read_text()
+    setup = readme.split("## Install", 1)[0]  # before the first `bakeoff ...` command a reader meets
+    assert ".venv/bin/bakeoff" in setup and "source .venv/bin/activate" in setup
+    using = readme.split("## Using it", 1)[1]
+    assert using.index("bakeoff serve") < using.index("bakeoff bench")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "campaign-table.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

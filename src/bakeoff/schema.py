@@ -92,7 +92,8 @@ def _plain(message: str) -> str:
     """Pydantic's own wording out: class names users never wrote, and its 'Value error, ' prefix."""
     message = re.sub(r"^(Value error|Assertion failed), ", "", message)
     message = re.sub(r"^Field required$", "missing: this field is required", message)
-    message = re.sub(r"Input should be a valid dictionary or instance of \w+", "expected a mapping (key: value)", message)
+    mapping = r"Input should be a valid dictionary or instance of \w+"
+    message = re.sub(mapping, "expected a mapping (key: value)", message)
     return re.sub(r"^Input should be ", "must be ", message)
 
 

@@ -203,7 +203,9 @@ def _positive(name: str) -> Callable[[str], int]:
 
 def add_bench_options(bench: argparse.ArgumentParser) -> None:
     """``bakeoff bench``'s options; each refused value names its flag."""
-    bench.add_argument("--base-url", required=True, type=base_url, help="the server's root URL, without /v1 (http(s)://host:port)")
+    bench.add_argument(
+        "--base-url", required=True, type=base_url, help="the server's root URL, without /v1 (http(s)://host:port)"
+    )
     bench.add_argument("--model", required=True, help="served model name")
     bench.add_argument("--endpoint", choices=["completions", "chat"], default="completions", help="API to call")
     bench.add_argument(

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
+from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.models.presets import PRESET_NAMES
 
 DESCRIPTION = """\
 Compare LLM serving frameworks with identical requests.
 
+  bakeoff serve      start one backend by hand, as a campaign would, and print its bench line
   bakeoff bench      measure one running OpenAI-compatible server
   bakeoff campaign   validate or run servers x knobs x workloads into a report
   bakeoff report     render a campaign's report again from its saved results
@@ -31,6 +33,7 @@ Compare LLM serving frameworks with identical requests.
   bakeoff baseline   mark the runs compare judges against
   bakeoff compare    improved / regressed / within noise / undecided vs the baseline (exit 1 on regression)
   bakeoff trend      render each metric over time per server and framework version
+  bakeoff schedule   print a workflow, systemd timer and crontab line that re-run a campaign
 
 Errors end as one line on stderr with exit status 2, before any server starts."""
 
@@ -39,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bakeoff", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    serve = sub.add_parser("serve", help="start one backend as a campaign would, in the foreground, for bench")
+    add_serve_options(serve)
     bench = sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server")
     add_bench_options(bench)
 
@@ -351,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     handlers = {
         "bench": cmd_bench,
+        "serve": cmd_serve,
         "model": cmd_model,
         "campaign": cmd_campaign,
         "backends": cmd_backends,

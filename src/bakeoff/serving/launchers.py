@@ -64,6 +64,10 @@ class LaunchContext:
     run_dir: Path
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold the API key
     draft_dir: Path | None = None  # the campaign's model.draft_path, for speculative decoding
+    port: int | None = None  # the host port to serve on (bakeoff serve --port); None: a free one
+
+    def host_port(self) -> int:
+        return self.port if self.port is not None else free_port()
 
 
 Started = Iterator[tuple[ServerHandle, RenderedLaunch]]
@@ -94,7 +98,7 @@ def _process(ctx: LaunchContext) -> Started:
         if ctx.draft_dir is not None:
             # A draft for llama.cpp is a GGUF too; the draft runs in bf16 whatever the target's type.
             draft = {"draft_model": str(convert_to_gguf(ctx.draft_dir))}
-    port = free_port()
+    port = ctx.host_port()
     launch = render_launch(
         backend,
         ctx.server.knobs,
@@ -147,7 +151,7 @@ def _container(ctx: LaunchContext) -> Started:
     )
     with run_container(
         launch,
-        port=free_port(),
+        port=ctx.host_port(),
         served_model_name=ctx.served_name,
         model_dir=None,
         run_dir=ctx.run_dir,
@@ -219,7 +223,7 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     launch = render_container_launch(
         backend, ctx.server.knobs, served_model_name=ctx.served_name, model_arg=model.model_arg
     )
-    port = free_port()
+    port = ctx.host_port()
     command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir)
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     if launch.config_text is not None and backend.config_file is not None:
