@@ -188,10 +188,19 @@ def test_a_base_url_ending_in_v1_is_told_to_drop_it() -> None:
 
 
 def test_served_models_reads_the_context_limit_where_given() -> None:
-    payload = {"data": [{"id": "a", "max_model_len": 2048}, {"id": "b"}, {"id": "c", "max_model_len": True}, "junk"]}
+    payload = {
+        "data": [
+            {"id": "a", "max_model_len": 2048},
+            {"id": "b"},
+            {"id": "c", "max_model_len": True},
+            {"id": "d", "meta": {"n_ctx": 8192, "n_ctx_train": 131072}},  # llama.cpp
+            "junk",
+        ]
+    }
     assert control.served_models(payload) == [
-        control.ServedModel("a", 2048),
+        control.ServedModel("a", 2048, "max_model_len"),
         control.ServedModel("b", None),
         control.ServedModel("c", None),
+        control.ServedModel("d", 8192, "meta.n_ctx"),
     ]
     assert control.served_models(["not", "a", "dict"]) == []

@@ -310,21 +310,41 @@ def test_bench_refuses_to_replace_results_unless_forced(tmp_path: Path) -> None:
     assert (stranger / "notes.txt").exists()
 
 
-class _ModelsOnly(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = json.dumps({"data": [{"id": MODEL, "max_model_len": 100}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+# What each server states about its context: vLLM / SGLang in /v1/models, llama.cpp in its
+# /v1/models meta and in /props (the shapes of llama.cpp's tools/server/server-context.cpp).
+STATED_CONTEXT = {
+    "max_model_len": {"/v1/models": {"data": [{"id": MODEL, "max_model_len": 100}]}},
+    "meta.n_ctx": {"/v1/models": {"data": [{"id": MODEL, "meta": {"n_ctx": 100, "n_ctx_train": 2048}}]}},
+    "/props n_ctx": {
+        "/v1/models": {"data": [{"id": MODEL}]},
+        "/props": {"default_generation_settings": {"n_ctx": 100}, "total_slots": 4},
+    },
+}
 
-    def log_message(self, *args: object) -> None:
-        pass
 
+def _serve_json(pages: dict[str, object]) -> ThreadingHTTPServer:
+    class Pages(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = pages.get(self.path)
+            body = json.dumps(page).encode()
+            self.send_response(200 if page is not None else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-def test_bench_refuses_requests_beyond_the_served_context(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ModelsOnly)
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("stated_as", list(STATED_CONTEXT))
+def test_bench_refuses_requests_beyond_the_served_context(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, stated_as: str
+) -> None:
+    server = _serve_json(STATED_CONTEXT[stated_as])
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         code, _, err = run_cli(
@@ -332,8 +352,20 @@ def test_bench_refuses_requests_beyond_the_served_context(capsys: pytest.Capture
         )
     finally:
         server.shutdown()
-    assert code == 2 and "need up to 110 tokens" in err and "context of 100" in err
+    assert code == 2 and "need up to 110 tokens" in err and f"context of 100 (its {stated_as})" in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_failed_counts_agree_between_the_failure_lines_and_the_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with serve_reference(fault="http500") as url:
+        args = bench_args(url, tmp_path / "r", "--concurrency", "1", "--num-requests", "3", "--input-len", "8")
+        code, out, err = run_cli(capsys, *args, "--output-len", "4", "--warmup", "2")
+    assert code == 1
+    header, _, row = out.splitlines()[:3]
+    assert row.split()[header.split().index("failed")] == "3", out
+    assert "3 request(s) failed (http)" in err and "2 warm-up request(s), not counted in the table, failed" in err
 
 
 def test_bench_shows_the_servers_error_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

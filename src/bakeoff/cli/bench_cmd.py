@@ -150,26 +150,31 @@ def claim_out(out: Path, force: bool) -> None:
     shutil.rmtree(out)
 
 
-def check_context(max_model_len: int | None, need: int, model: str) -> None:
-    """Refuse a workload whose longest request exceeds the context the server states."""
+def check_context(max_model_len: int | None, need: int, model: str, stated_as: str | None = "max_model_len") -> None:
+    """Refuse a workload whose longest request exceeds the context the server states (``stated_as``: its field)."""
     if max_model_len is not None and need > max_model_len:
         raise SpecError(
             f"prompt + output need up to {need} tokens but the server serves {model!r} with a context of "
-            f"{max_model_len} (its max_model_len); lower --input-len / --output-len"
+            f"{max_model_len} (its {stated_as}); lower --input-len / --output-len"
         )
 
 
 def report_failures(run_dir: Path, show: int = 3) -> list[str]:
-    """One line per failure kind with the server's own words, from the run's records."""
+    """One line per failure kind with the server's own words, from the run's records.
+
+    Measured requests are counted as the summary and the table count them; failed warm-ups
+    (not measured, so in neither) get lines of their own, marked as such.
+    """
     path = run_dir / RECORDS_JOURNAL
     if not path.exists():
         return []
     failed = [r for r in read_journal(path) if r.error_kind is not None]
-    kinds = Counter(str(r.error_kind) for r in failed)
     lines = []
-    for kind, count in kinds.most_common():
-        examples = list(dict.fromkeys(r.error or "" for r in failed if str(r.error_kind) == kind))[:show]
-        lines.append(f"{count} request(s) failed ({kind}): " + " | ".join(e[:300] for e in examples))
+    for warmup, what in ((False, "request(s)"), (True, "warm-up request(s), not counted in the table,")):
+        group = [r for r in failed if r.warmup is warmup]
+        for kind, count in Counter(str(r.error_kind) for r in group).most_common():
+            examples = list(dict.fromkeys(r.error or "" for r in group if str(r.error_kind) == kind))[:show]
+            lines.append(f"{count} {what} failed ({kind}): " + " | ".join(e[:300] for e in examples))
     return lines
 
 
@@ -267,7 +272,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from bakeoff.campaign.runner import RunTarget, execute_plan
     from bakeoff.measure.auth import parse_header_arg, request_headers
     from bakeoff.measure.client import ClientSettings
-    from bakeoff.measure.control import check_server
+    from bakeoff.measure.control import check_server, context_limit
     from bakeoff.report.tables import run_warnings, summary_table
     from bakeoff.workloads.plans import PlanBuilder
     from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
@@ -278,9 +283,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     workload = bench_workload(args)
     headers = request_headers(args.api_key_env, dict(parse_header_arg(h) for h in args.header))
     tokenizer = load_tokenizer(args.tokenizer)
-    served = {m.id: m for m in check_server(args.base_url, args.model, headers=headers)}
-    limit = served[args.model].max_model_len if args.model in served else None
-    check_context(limit, workload.longest_request(), args.model)
+    served = check_server(args.base_url, args.model, headers=headers)
+    limit, stated_as = context_limit(args.base_url, args.model, served, headers)
+    check_context(limit, workload.longest_request(), args.model, stated_as)
     claim_out(args.out, args.force)
     if not tokenizer.exact:
         print("note: no --tokenizer given; prompt lengths are approximate (word count)", file=sys.stderr)

@@ -109,10 +109,19 @@ def call(
 
 @dataclass(frozen=True)
 class ServedModel:
-    """One entry of ``/v1/models``; ``max_model_len`` where the server states it (vLLM, SGLang)."""
+    """One entry of ``/v1/models`` and the context it states: where the server states one.
+
+    vLLM and SGLang give ``max_model_len``; llama.cpp gives ``meta.n_ctx`` (the context of
+    one slot) there and in ``/props`` (:func:`props_context`). ``context_from`` names the field read.
+    """
 
     id: str
     max_model_len: int | None = None
+    context_from: str | None = None
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def served_models(payload: object) -> list[ServedModel]:
@@ -122,10 +131,37 @@ def served_models(payload: object) -> list[ServedModel]:
     for item in data if isinstance(data, list) else []:
         if not isinstance(item, dict) or item.get("id") is None:
             continue
-        limit = item.get("max_model_len")
-        ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
-        models.append(ServedModel(str(item["id"]), limit if ok else None))
+        meta = item.get("meta")
+        found = [
+            (limit, name)
+            for limit, name in (
+                (_positive_int(item.get("max_model_len")), "max_model_len"),
+                (_positive_int(meta.get("n_ctx")) if isinstance(meta, dict) else None, "meta.n_ctx"),
+            )
+            if limit is not None
+        ]
+        limit, name = found[0] if found else (None, None)
+        models.append(ServedModel(str(item["id"]), limit, name))
     return models
+
+
+def props_context(base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 5.0) -> int | None:
+    """The per-request context llama.cpp's ``/props`` states (``default_generation_settings.n_ctx``), if any."""
+    answer = call(base_url.rstrip("/") + "/props", headers=headers, timeout_s=timeout_s)
+    body = answer.json() if answer.ok else None
+    settings = body.get("default_generation_settings") if isinstance(body, dict) else None
+    return _positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+
+
+def context_limit(
+    base_url: str, model: str, served: list[ServedModel], headers: Mapping[str, str] | None = None
+) -> tuple[int | None, str | None]:
+    """The context the server states for ``model`` and the field it came from (None, None: it states none)."""
+    entry = next((m for m in served if m.id == model), None)
+    if entry is not None and entry.max_model_len is not None:
+        return entry.max_model_len, entry.context_from
+    limit = props_context(base_url, headers)
+    return (limit, "/props n_ctx") if limit is not None else (None, None)
 
 
 def check_server(
