@@ -47,7 +47,7 @@ def test_checked_in_examples_are_exactly_what_the_command_prints(monkeypatch: py
 
 
 def test_the_workflow_runs_compares_and_uploads_on_a_self_hosted_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    workflow = yaml.safe_load(generated(monkeypatch)["github/workflows/bakeoff-cpu-demo.yml"])
+    workflow = yaml.safe_load(generated(monkeypatch)[".github/workflows/bakeoff-cpu-demo.yml"])
     assert workflow["on"]["schedule"] == [{"cron": "0 3 * * 1"}]
     job = workflow["jobs"]["bakeoff"]
     assert "self-hosted" in job["runs-on"] and "gpu" not in job["runs-on"]
@@ -57,6 +57,7 @@ def test_the_workflow_runs_compares_and_uploads_on_a_self_hosted_runner(monkeypa
     run_at = next(i for i, r in enumerate(runs) if "campaign run campaigns/cpu-demo.yaml" in r)
     compare_at = next(i for i, r in enumerate(runs) if "compare reports/cpu-demo --baseline baseline" in r)
     assert run_at < compare_at  # a failing compare (a regression) fails the job
+    assert "--or-set-baseline" in runs[compare_at]  # the first scheduled run sets the baseline instead of exit 2
     assert "--fresh" in runs[run_at] and "llamacpp" in runs[run_at - 1]  # cpu-demo uses llama.cpp
     upload = steps[-1]
     assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
@@ -242,7 +243,7 @@ def test_the_drift_job_audits_every_backend_with_a_wheel_against_the_newest_rele
     for (backend, dist), command in zip(job.audits, job.commands, strict=True):
         # A bare distribution (no ==version) is the newest release; only a missing name fails the job.
         assert command.endswith(f"audit {backend} --wheel {dist} --missing-only")
-    workflow = yaml.safe_load(render_drift("1w", workdir="/w")["github/workflows/bakeoff-drift.yml"])
+    workflow = yaml.safe_load(render_drift("1w", workdir="/w")[".github/workflows/bakeoff-drift.yml"])
     steps = workflow["jobs"]["audit"]["steps"]
     audits = [s for s in steps if "audit" in s.get("run", "")]
     assert len(audits) == len(job.audits) and all(s["if"] == "always()" for s in audits)

@@ -53,6 +53,12 @@ def add_history_commands(sub: Any) -> None:
         help="what to judge against: a campaign folder, archive or run folder; 'baseline' or nothing: the baseline "
         "marked per server with 'bakeoff baseline set' (default: the marked baseline)",
     )
+    compare.add_argument(
+        "--or-set-baseline",
+        action="store_true",
+        help="when the campaign has no baseline yet (a schedule's first run), mark NEW as the baseline and exit 0 "
+        "instead of failing",
+    )
     compare.add_argument("--json", type=Path, help="also write the verdicts as JSON to this file (default: no file)")
     compare.add_argument("--history-dir", type=Path, help=HISTORY_DIR_HELP)
 
@@ -103,10 +109,18 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from bakeoff.history import archive
-    from bakeoff.history.compare import as_json, compare, render
+    from bakeoff.history.baseline import first_run_sets_baseline
+    from bakeoff.history.compare import MARKED, as_json, compare, render
     from bakeoff.results.store import write_json
 
     root = archive.history_root(args.history_dir)
+    if args.or_set_baseline and args.baseline in (None, *MARKED):
+        marked = first_run_sets_baseline(args.new, root)
+        if marked is not None:
+            for server, ident in marked.items():
+                print(f"baseline of {server}: {ident}")
+            print(f"{args.new}: no baseline yet, so this run is now the baseline; later runs are judged against it")
+            return 0
     result = compare(args.new, root, args.baseline)
     print(render(result))
     if args.json is not None:

@@ -111,3 +111,15 @@ def baseline_archives(root: Path, campaign: str) -> dict[str, Path]:
             )
         found[server] = folder
     return found
+
+
+def first_run_sets_baseline(ref: str | Path, root: Path) -> dict[str, str] | None:
+    """Mark REF as its campaign's baseline when the campaign has none yet; None when it has one.
+
+    A scheduled campaign's first run has nothing to be judged against: it becomes the
+    baseline (``compare --or-set-baseline``) and every later run is judged against it.
+    """
+    campaign = arch.campaign_name(resolve(ref, root).folder)
+    if baseline_archives(root, campaign):
+        return None
+    return set_baseline(ref, root)
