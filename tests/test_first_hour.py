@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -20,18 +21,26 @@ import pytest
 import yaml
 
 from bakeoff.campaign.cells import validate_campaign
+from bakeoff.campaign.gpu_host import gpu_host_steps
 from bakeoff.campaign.progress import CampaignProgress, CellEstimate, cell_result, estimate_cell
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.cli import main as cli
 from bakeoff.cli.bench_cmd import claim_out, report_failures
 from bakeoff.errors import SpecError
 from bakeoff.measure.metrics import summarize
+from bakeoff.models.model_source import ModelSource
 from bakeoff.ref.options import MODEL
+from bakeoff.report import explain
 from bakeoff.report.measured_apart import measured_apart_note
-from bakeoff.report.tables import start_note, styled
+from bakeoff.report.tables import effort_notes, setup_table, start_note, styled
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import write_summary
+from bakeoff.results.summary import Provenance
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.containers import render_container_launch
+from bakeoff.serving.launchers import rehearsed_container_command
 from bakeoff.serving.reference import serve_reference
+from bakeoff.serving.show_launch import describe_launch
 from bakeoff.workloads.kinds import ConcurrencySweep, MultiTurn, OpenLoop
 from bakeoff.workloads.plans import PlanBuilder
 from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
@@ -545,3 +554,106 @@ def test_readme_says_how_to_run_bakeoff_after_make_demo_and_its_campaign_table_m
         [sys.executable, str(REPO / "scripts" / "campaign-table.py"), "--check"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+# --- a rehearsal that leads to the GPU host ----------------------------------------------------
+
+GPU_CAMPAIGN = REPO / "campaigns" / "gpu-7b-three-frameworks.yaml"
+
+
+def test_every_console_line_of_a_rehearsal_is_tagged() -> None:
+    out = io.StringIO()
+    estimates = [CellEstimate(requests=4, seconds=1.0), CellEstimate(requests=4, seconds=1.0)]
+    progress = CampaignProgress(estimates, out=out, tag="[rehearsal]")
+    progress.start(0, "vllm__sweep")
+    progress.end("vllm__sweep", True, "1 run(s), best 19969 output tok/s (c128)")
+    progress.skip(1, "sglang__sweep", "already measured")
+    print(progress.summary(), file=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 5 and all(line.startswith("[rehearsal] ") for line in lines), lines
+
+
+def test_a_rehearsal_draws_no_pareto_front_and_says_why(tmp_path: Path) -> None:
+    (tmp_path / "campaign.yaml").write_text("name: x\ngpu: true\n")
+    frame = pd.DataFrame()
+    assert explain.pareto_withheld(tmp_path) is None
+    (tmp_path / "rehearsal.json").write_text("{}")
+    assert explain.pareto_figures(tmp_path, frame) == []
+    assert "stand-ins" in str(explain.pareto_withheld(tmp_path))
+
+
+def test_validate_warns_when_an_image_names_an_unset_registry(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NGC_REGISTRY", raising=False)
+    code, _, err = run_cli(capsys, "campaign", "validate", str(GPU_CAMPAIGN))
+    assert code == 0 and "warning: NGC_REGISTRY is not set, and the image of trtllm names it" in err
+    monkeypatch.setenv("NGC_REGISTRY", "registry.example")
+    code, _, err = run_cli(capsys, "campaign", "validate", str(GPU_CAMPAIGN))
+    assert code == 0 and "NGC_REGISTRY" not in err
+
+
+def test_backends_show_and_a_rehearsal_record_the_same_runtime_command(tmp_path: Path) -> None:
+    shown = describe_launch("vllm", {"max_num_seqs": 8}).split("command:\n", 1)[1].splitlines()[0].split()
+    backend = load_backend("vllm")
+    model = ModelSource(hf_id=None, local_dir=tmp_path).container_mount("/model")
+    launch = render_container_launch(backend, {"max_num_seqs": 8}, served_model_name="m", model_arg=model.model_arg)
+    recorded = rehearsed_container_command(launch, model, port=8000).split()
+    assert shown[: shown.index("run")] == recorded[: recorded.index("run")]
+
+
+def test_the_gpu_host_steps_name_images_environment_commands_preflight_and_the_campaign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NGC_REGISTRY", raising=False)
+    spec = load_campaign(GPU_CAMPAIGN)
+    steps = gpu_host_steps(spec, Path("campaigns/gpu-7b-three-frameworks.yaml"), tmp_path)
+    text, markdown = steps.text("[rehearsal]"), steps.markdown()
+    assert text.startswith("[rehearsal] On the GPU host")
+    for needed in (
+        "export NGC_REGISTRY=",  # the registry the TensorRT-LLM image names
+        f"{spec.model.path} must exist on the GPU host",  # the campaign's own model, not the rehearsal's
+        "pull vllm/vllm-openai:",
+        'pull "${NGC_REGISTRY}/nvidia/tensorrt-llm',  # double-quoted: expands once exported
+        "nvidia-smi",
+        "bakeoff campaign validate campaigns/gpu-7b-three-frameworks.yaml",
+        "bakeoff campaign run campaigns/gpu-7b-three-frameworks.yaml",
+        f"-v {spec.model.path}:/model:ro",
+        "--enable-chunked-prefill",  # the knobs the campaign sets reach the commands
+    ):
+        assert needed in text and needed in markdown, needed
+    mounted = re.search(r"-v (\S+options\.yaml):/bakeoff/options\.yaml:ro", text)
+    assert mounted is not None and Path(mounted.group(1)).is_file()  # the options file the command mounts
+    assert "/path/to/" not in text
+
+
+def _setup_cell(folder: Path, label: str, backend: str, server: dict[str, object], version: str) -> None:
+    cell = folder / "cells" / f"{label}__w"
+    (cell / "runs" / "c1").mkdir(parents=True)
+    (cell / "cell.json").write_text(json.dumps({"server": {"label": label, "backend": backend}, "backend": backend}))
+    summary = summarize([RequestRecord(0, start_ns=0, first_token_ns=1_000_000, end_ns=9_000_000, completion_tokens=4)])
+    summary = summary.model_copy(update={"provenance": Provenance(framework_version=version)})
+    write_summary(cell / "runs" / "c1" / "summary.json", summary)
+    machine = {"cpu_model": "AMD EPYC 9654", "cpus": 2, "memory_gib": 7.75, "gpu_count": 0}
+    info = {"server": server, "machine": machine, "versions": {}}
+    if backend == "vllm-cpu":
+        info["versions"] = {"engine": {"interpreter": "/opt/.venv-engine/bin/python", "python": "3.11.9"}}
+    (cell / "runs" / "c1" / "run.json").write_text(json.dumps(info))
+
+
+def test_the_report_header_says_what_was_compared_on_what(tmp_path: Path) -> None:
+    (tmp_path / "campaign.yaml").write_text("name: t\ngpu: false\n")
+    llamacpp = "llama.cpp 0c1e570 (vendored in llama-cpp-python 0.3.36)"
+    _setup_cell(tmp_path, "l", "llamacpp", {"kind": "process", "command_line": "llama-server --model x"}, llamacpp)
+    _setup_cell(tmp_path, "v", "vllm-cpu", {"kind": "process", "command_line": "/opt/python -m vllm"}, "0.32.0")
+    image = {"kind": "container", "image": "localhost/bakeoff-vllm-cpu:0.32.0", "image_digest": "sha256:abc"}
+    _setup_cell(tmp_path, "c", "vllm-cpu-container", image, "0.32.0")
+    table = setup_table(tmp_path).set_index("server")
+    assert table.loc["l", "framework"] == "llama.cpp (llama-server)" and table.loc["l", "version"] == llamacpp
+    assert table.loc["l", "runs as"] == "process: llama-server"
+    assert table.loc["v", "runs as"] == "process: /opt/.venv-engine/bin/python (Python 3.11.9)"
+    assert table.loc["c", "runs as"] == "image localhost/bakeoff-vllm-cpu:0.32.0 (sha256:abc)"
+    assert set(table["machine"]) == {"AMD EPYC 9654, 2 cores, 7.8 GiB memory"}
+    assert effort_notes(tmp_path) == []  # no GPU-memory note in a CPU report
+    (tmp_path / "campaign.yaml").write_text("name: t\ngpu: true\n")
+    assert any("gpu_memory_utilization" in note for note in effort_notes(tmp_path))

@@ -142,6 +142,11 @@ class RehearsedCampaign:
             assert "REHEARSAL" in heading, heading
         assert "[rehearsal]" in html  # server labels in the tables carry the mark
         assert "Rehearsal: no verdict is drawn" in html and "No sweep" not in html
+        # No front ranked from stand-ins; the way to the real run instead.
+        assert "On the front" not in html and "No Pareto front in a rehearsal" in html
+        text = re.sub(r"<[^>]+>", "", html)  # code blocks are highlighted word by word
+        assert "On the GPU host" in text and "bakeoff campaign run" in text and " pull " in text
+        assert "What was compared, on what" in text
 
 
 class TestRehearsalAgent3kContext(RehearsedCampaign):

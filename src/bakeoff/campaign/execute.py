@@ -46,7 +46,7 @@ from bakeoff.notebook.htmlexport import export_html
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.paths import notebook, notebook_kernel, reports_dir
-from bakeoff.results.layout import AUTO_REPEATS, CAMPAIGN_COPY, QUALITY_FILE, is_rehearsal, load_cells
+from bakeoff.results.layout import AUTO_REPEATS, CAMPAIGN_COPY, QUALITY_FILE, REHEARSAL_TAG, is_rehearsal, load_cells
 from bakeoff.results.store import (
     CELL_INFO,
     SUMMARY,
@@ -366,7 +366,8 @@ def run_campaign(
     reap_containers(out / "cells")
     salvage_runs(out / "cells", resolve_slo(spec.slo))
     failures: list[str] = []
-    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells])
+    tag = REHEARSAL_TAG if rehearse else ""
+    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells], tag=tag)
     with kernel_environment():
         try:
             _run_cells(cells, out, failures, progress, spec)

@@ -95,6 +95,8 @@ class CampaignProgress:
 
     estimates: list[CellEstimate]
     out: TextIO = field(default_factory=lambda: sys.stdout)
+    # Put before every line: a rehearsal's figures come from stand-ins and must never read as measured.
+    tag: str = ""
     done: list[_Done] = field(default_factory=list)
     _index: int = 0
     _started: float = 0.0
@@ -113,8 +115,9 @@ class CampaignProgress:
         this = self.estimates[index].seconds * self._scale()
         left = self._left(index)
         eta = time.strftime("%H:%M", time.localtime(time.time() + left))
+        where = f"{self._tag}[{index + 1}/{len(self.estimates)}] {cell_id}{note}"
         print(
-            f"[{index + 1}/{len(self.estimates)}] {cell_id}{note}: {self.estimates[index].requests} requests, "
+            f"{where}: {self.estimates[index].requests} requests, "
             f"about {duration(this)} (campaign done about {eta}, {duration(left)} left)",
             file=self.out,
             flush=True,
@@ -122,13 +125,13 @@ class CampaignProgress:
 
     def skip(self, index: int, cell_id: str, reason: str) -> None:
         self.done.append(_Done(cell_id, "skipped", 0.0, 0.0, reason))
-        print(f"[{index + 1}/{len(self.estimates)}] {cell_id}: {reason}; skipped", file=self.out, flush=True)
+        print(f"{self._tag}[{index + 1}/{len(self.estimates)}] {cell_id}: {reason}; skipped", file=self.out, flush=True)
 
     def end(self, cell_id: str, ok: bool, result: str) -> None:
         took = time.monotonic() - self._started
         status = "ok" if ok else "FAILED"
         self.done.append(_Done(cell_id, status, took, self.estimates[self._index].seconds, result))
-        print(f"      {'done' if ok else 'FAILED'} in {duration(took)}: {result}", file=self.out, flush=True)
+        print(f"{self._tag}      {'done' if ok else 'FAILED'} in {duration(took)}: {result}", file=self.out, flush=True)
 
     def summary(self) -> str:
         total = time.monotonic() - self._campaign_started
@@ -139,7 +142,11 @@ class CampaignProgress:
         missing = len(self.estimates) - len(self.done)
         if missing:
             lines.append(f"  {missing} cell(s) not run (interrupted)")
-        return "\n".join(lines)
+        return "\n".join(self._tag + line for line in lines)
+
+    @property
+    def _tag(self) -> str:
+        return f"{self.tag} " if self.tag else ""
 
 
 def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bakeoff.campaign.gpu_host import gpu_host_steps
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.models.model_source import ModelRef
-from bakeoff.results.layout import REHEARSAL_MARKER
+from bakeoff.results.layout import REHEARSAL_MARKER, REHEARSAL_TAG, rehearsal_marker
 from bakeoff.results.store import write_json
 
 REHEARSAL_PRESET = "tiny"
@@ -39,6 +40,8 @@ def rehearsal_spec(spec: CampaignSpec) -> CampaignSpec:
 
 
 def write_marker(out_dir: Path, source: Path, spec: CampaignSpec) -> None:
+    """The marker that makes a folder a rehearsal, with the steps that run ``spec`` for real on a GPU host."""
+    steps = gpu_host_steps(spec, source, out_dir)
     write_json(
         out_dir / REHEARSAL_MARKER,
         {
@@ -46,5 +49,13 @@ def write_marker(out_dir: Path, source: Path, spec: CampaignSpec) -> None:
             "source_campaign": str(source),
             "original_model": spec.model.model_dump(mode="json", exclude_none=True),
             "note": "reference-server stand-ins for GPU containers; no figure here is a measurement",
+            "gpu_host": {"text": steps.text(REHEARSAL_TAG), "markdown": steps.markdown()},
         },
     )
+
+
+def gpu_host_text(out_dir: Path) -> str | None:
+    """The console form of a rehearsal's "on the GPU host" steps, as its marker recorded them."""
+    marker = rehearsal_marker(out_dir)
+    steps = marker.get("gpu_host") if marker else None
+    return str(steps["text"]) if isinstance(steps, dict) and "text" in steps else None

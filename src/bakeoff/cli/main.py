@@ -195,7 +195,9 @@ def cmd_model(args: argparse.Namespace) -> int:
 def cmd_campaign(args: argparse.Namespace) -> int:
     from bakeoff.campaign.cells import validate_campaign
     from bakeoff.campaign.execute import run_campaign
+    from bakeoff.campaign.gpu_host import unset_warnings
     from bakeoff.campaign.progress import assumptions, campaign_estimate, duration
+    from bakeoff.campaign.rehearsal import gpu_host_text
     from bakeoff.campaign.resume import failed_cells
     from bakeoff.campaign.specs import load_campaign
     from bakeoff.observe.origin import gpu_available
@@ -215,10 +217,15 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             if any(c.backend.accelerator == "gpu" for c in cells) and not gpu_available():
                 note = "; model files not checked: a GPU campaign, and this machine has no GPU"
             print(f"{path}: ok ({len(cells)} cells{note})")
-            restart = load_campaign(campaign_file(path)).measure_warm_restart
+            spec = load_campaign(campaign_file(path))
+            for warning in unset_warnings(spec):
+                print(f"  {warning}", file=sys.stderr)
+            restart = spec.measure_warm_restart
             requests, seconds = campaign_estimate(cells, restart)
             print(f"  {requests} requests; roughly {duration(seconds)} to run ({assumptions()})")
         return 0
+    for warning in unset_warnings(load_campaign(campaign_file(args.file))):
+        print(warning, file=sys.stderr)
     if args.store is not None and args.ray is None:
         raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
     if args.ray is not None:
@@ -239,6 +246,9 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         )
     note = " (REHEARSAL: reference-server stand-ins, not a measurement)" if args.rehearse else ""
     print(f"report: {report}{note}")
+    steps = gpu_host_text(report.parent) if args.rehearse else None
+    if steps:
+        print(steps)
     failed = failed_cells(report.parent)
     for cell_id, why in failed.items():
         print(f"bakeoff: cell {cell_id} failed: {why}", file=sys.stderr)

@@ -21,7 +21,7 @@ from bakeoff.analysis.roofline import Bandwidth, ModelShape, bandwidth, model_sh
 from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
 from bakeoff.report.plots import server_palette, telemetry_figure
 from bakeoff.report.tables import REHEARSAL_SUFFIX
-from bakeoff.results.layout import CellResult, load_cells
+from bakeoff.results.layout import CellResult, is_rehearsal, load_cells
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
 
 ROOFLINE_NOTE = (
@@ -170,20 +170,33 @@ def diagnosis_notes(campaign_dir: Path) -> list[str]:
     return [d.markdown() for d in diagnose_cells(load_cells(campaign_dir))]
 
 
+PARETO_WITHHELD = (
+    "No Pareto front in a rehearsal: every point would be the reference server at the rehearsal's fixed pace "
+    "(its TTFT and inter-token gap are set by bakeoff, not by the framework), so a front would rank stand-ins, "
+    "not frameworks. The front is drawn when the campaign runs on the GPU host."
+)
+
+
+def pareto_withheld(campaign_dir: Path) -> str | None:
+    """Why no front is drawn (a rehearsal's stand-ins), or None when :func:`pareto_figures` draws one."""
+    return PARETO_WITHHELD if is_rehearsal(campaign_dir) else None
+
+
 def pareto_figures(
     campaign_dir: Path, frame: pd.DataFrame, axis: pareto.Axis = "throughput"
 ) -> list[tuple[str, Any, pd.DataFrame]]:
-    """(workload, figure, front table) per workload with at least two points.
+    """(workload, figure, front table) per workload with at least two points; none for a rehearsal.
 
     ``axis="energy"``: tokens per joule as y, for runs that measured energy (none: an empty list).
     """
+    if pareto_withheld(campaign_dir) is not None:
+        return []
     campaign = _campaign(campaign_dir)
     gpu = bool(campaign.get("gpu"))
     units = {}
     for cell in load_cells(campaign_dir):
         label = cell.label
         units[label] = pareto.units(cell.knobs, gpu)
-        units[label + " [rehearsal]"] = units[label]
     pts = pareto.points(frame, units, axis)
     colours = palette(frame)
     out = []

@@ -7,24 +7,29 @@ Nothing here starts servers or touches the network: the HTML report is self-cont
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
+from bakeoff.errors import SpecError
 from bakeoff.report.measured_apart import measured_apart_note
 from bakeoff.results import metric_table
 from bakeoff.results.layout import (
     QUALITY_FILE,
     QUALITY_RATES,
     REHEARSAL_BANNER,
+    REHEARSAL_TAG,
     CellResult,
     is_rehearsal,
     load_cells,
     rehearsal_marker,
 )
-from bakeoff.results.store import CELL_INFO, read_json
+from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary, Stat, StatName
+from bakeoff.serving.backends import load_backend
 
 # From the metric table, like the headline columns: a metric is added there, once.
 GLOSSARY = metric_table.glossary()
@@ -36,7 +41,7 @@ MEMORY_KNOB_NOTE = (
 )
 
 
-REHEARSAL_SUFFIX = " [rehearsal]"
+REHEARSAL_SUFFIX = f" {REHEARSAL_TAG}"
 
 
 def heading(title: str, campaign_dir: Path, level: int = 2) -> str:
@@ -184,7 +189,9 @@ WHOLE_NUMBER_COLUMNS = ("concurrency", "repeat", "ok", "failed", "failed starts"
 def styled(table: pd.DataFrame) -> Any:
     """A table for the report: no index column, two decimals, '-' for missing values, counts as whole numbers."""
     style = table.style.hide(axis="index").format(precision=2, na_rep="-", thousands=",")
-    whole = [c for c in WHOLE_NUMBER_COLUMNS if c in table.columns and pd.api.types.is_numeric_dtype(table[c])]
+    whole: list[Hashable] = [
+        c for c in WHOLE_NUMBER_COLUMNS if c in table.columns and pd.api.types.is_numeric_dtype(table[c])
+    ]
     return style.format("{:,.0f}", subset=whole, na_rep="-") if whole else style
 
 
@@ -449,9 +456,79 @@ def _protocol_notes(notes: list[str], workload: object, server: object, group: p
         )
 
 
-def campaign_title(campaign_dir: Path) -> str:
-    import yaml
+def _machine_text(machine: dict[str, Any]) -> str:
+    """``AMD EPYC 9654, 2 cores, 7.8 GiB memory`` (and the GPUs where there are any), from run.json."""
+    parts = [str(machine.get("cpu_model") or machine.get("platform") or "unknown CPU")]
+    if machine.get("cpus"):
+        parts.append(f"{machine['cpus']} cores")
+    if machine.get("memory_gib"):
+        parts.append(f"{float(machine['memory_gib']):.1f} GiB memory")
+    if machine.get("gpu_count"):
+        driver = f", driver {machine['gpu_driver']}" if machine.get("gpu_driver") else ""
+        parts.append(f"{machine['gpu_count']}x {machine['gpu']}{driver}")
+    return ", ".join(parts)
 
+
+def _runs_as(server: dict[str, Any], versions: dict[str, Any]) -> str:
+    """The image and digest a container ran, or the interpreter (or binary) a process ran."""
+    if server.get("image"):
+        digest = server.get("image_digest")
+        return f"image {server['image']}" + (f" ({digest})" if digest else "")
+    engine = versions.get("engine") if isinstance(versions.get("engine"), dict) else None
+    if engine and engine.get("interpreter"):
+        python = f" (Python {engine['python']})" if engine.get("python") else ""
+        return f"{server.get('kind', 'process')}: {engine['interpreter']}{python}"
+    words = str(server.get("command_line") or "").split()
+    return f"{server.get('kind', 'process')}: {words[0]}" if words else str(server.get("kind") or "-")
+
+
+def setup_table(campaign_dir: Path) -> pd.DataFrame:
+    """What was compared, on what: each server's framework, version, image or interpreter, and the machine.
+
+    Read from each server's first run (``run.json`` and the summary's provenance), so the
+    report says it without opening either; the version is the one spelling provenance records.
+    """
+    rows = []
+    seen: set[str] = set()
+    suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
+    for cell in load_cells(campaign_dir):
+        if cell.label in seen or not cell.summaries:
+            continue
+        seen.add(cell.label)
+        run_name, summary = next(iter(cell.summaries.items()))
+        run = read_json_or_empty(cell.dir / "runs" / run_name / RUN_INFO)
+        server, versions = dict(run.get("server") or {}), dict(run.get("versions") or {})
+        provenance = summary.provenance
+        try:
+            framework = load_backend(cell.backend).display_name
+        except SpecError:
+            framework = cell.backend
+        rows.append(
+            {
+                "server": cell.label + suffix,
+                "framework": framework,
+                "version": (provenance.framework_version if provenance else None) or "-",
+                "runs as": _runs_as(server, versions),
+                "machine": _machine_text(dict(run.get("machine") or {})),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def gpu_host_markdown(campaign_dir: Path) -> str | None:
+    """A rehearsal's "on the GPU host" steps (its marker holds them), or None for a measured campaign."""
+    marker = rehearsal_marker(campaign_dir)
+    steps = marker.get("gpu_host") if marker else None
+    return str(steps["markdown"]) if isinstance(steps, dict) and "markdown" in steps else None
+
+
+def effort_notes(campaign_dir: Path) -> list[str]:
+    """The notes under the effort table that apply to this campaign (GPU-memory knobs: GPU campaigns only)."""
+    spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
+    return [MEMORY_KNOB_NOTE] if isinstance(spec, dict) and spec.get("gpu") else []
+
+
+def campaign_title(campaign_dir: Path) -> str:
     spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
     title = f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
     apart = measured_apart_note(campaign_dir)

@@ -24,6 +24,8 @@ QUALITY_FILE = "quality.json"
 QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement", "word_agreement")
 REHEARSAL_MARKER = "rehearsal.json"
 AUTO_REPEATS = "repeats.json"  # repeats: auto — rounds run and why they stopped (bakeoff.campaign.execute)
+# Before every console line of a rehearsal (and after each stand-in's label in the report's tables).
+REHEARSAL_TAG = "[rehearsal]"
 REHEARSAL_BANNER = (
     "**REHEARSAL — not a measurement.** Every server in this report is the reference server "
     "emulating a framework's wire protocol, not the framework: the figures test bakeoff's GPU path "

@@ -64,6 +64,27 @@ def runtime_command(runtime: str) -> list[str]:
     return [runtime]
 
 
+def shown_runtime() -> str:
+    """The runtime a printed command names: the one bakeoff would use here, else docker (the common form).
+
+    ``backends show``, a rehearsal's recorded commands and its "on the GPU host" steps all
+    call this, so the three never spell the same launch with two runtimes.
+    """
+    try:
+        return find_runtime()
+    except RuntimeMissingError:
+        return "docker"
+
+
+def shell_words(argv: list[str]) -> str:
+    """``argv`` as one shell line, where a ``${VAR}`` left in a word (an unset registry) still expands.
+
+    ``shlex.join`` would single-quote it, so the line would run with the literal ``${VAR}`` even
+    after the user exports the variable; such words are double-quoted instead.
+    """
+    return " ".join(f'"{a}"' if "${" in a and '"' not in a else shlex.quote(a) for a in argv)
+
+
 def runtime_cli(runtime: str, *args: str, timeout_s: float = _CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """``RUNTIME [global flags] ARGS``, output captured; a missing or hung runtime raises."""
     try:

@@ -23,7 +23,6 @@ drives the load once a handle is yielded.
 from __future__ import annotations
 
 import contextlib
-import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
 from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization, tensor_types
 from bakeoff.models.model_source import ContainerModel, ModelSource
 from bakeoff.serving.backends import BackendSpec
+from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
@@ -186,25 +186,33 @@ def rehearsal_argv(
 
 
 def rehearsed_container_command(
-    launch: RenderedLaunch, model: ContainerModel, *, port: int, draft_dir: Path | None = None
+    launch: RenderedLaunch,
+    model: ContainerModel,
+    *,
+    port: int,
+    draft_dir: Path | None = None,
+    config_path: Path | None = None,
+    name: str | None = None,
 ) -> str:
-    """The exact ``docker run`` a GPU host would execute for this launch (never run here)."""
+    """The exact container command a GPU host would execute for this launch (never run here).
+
+    The runtime is the one ``backends show`` names (:func:`shown_runtime`); ``config_path`` is
+    where the rendered options file was written (a rehearsal writes it into its run folder).
+    """
     from bakeoff.serving.containers import container_run_args
 
-    config = None
-    if launch.backend.config_file is not None:
-        config = Path("/path/to/run") / launch.backend.config_file.filename
+    runtime = shown_runtime()
     args = container_run_args(
         launch,
-        runtime="docker",
+        runtime=runtime,
         port=port,
         model_dir=None,
-        name=f"bakeoff-{launch.backend.name}",
-        config_path=config,
+        name=name or f"bakeoff-{launch.backend.name}",
+        config_path=config_path,
         model=model,
         draft_dir=draft_dir,
     )
-    return shlex.join(["docker", *args])
+    return shell_words([*runtime_command(runtime), *args])
 
 
 @contextlib.contextmanager
@@ -224,10 +232,12 @@ def _rehearsal(ctx: LaunchContext) -> Started:
         backend, ctx.server.knobs, served_model_name=ctx.served_name, model_arg=model.model_arg
     )
     port = ctx.host_port()
-    command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir)
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    config = None
     if launch.config_text is not None and backend.config_file is not None:
-        (ctx.run_dir / f"rehearsed-{backend.config_file.filename}").write_text(launch.config_text)
+        config = ctx.run_dir / f"rehearsed-{backend.config_file.filename}"
+        config.write_text(launch.config_text)
+    command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir, config_path=config)
     prefix_caching = launch.knobs.get("prefix_caching", True) is not False
     reasoning = launch.knobs.get("reasoning_parser") not in (None, "none")
     argv = rehearsal_argv(

@@ -11,9 +11,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from bakeoff.errors import RuntimeMissingError, SpecError
+from bakeoff.errors import SpecError
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
-from bakeoff.serving.container_runtime import find_runtime, runtime_command
+from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
 from bakeoff.serving.containers import container_run_args, render_container_launch
 from bakeoff.serving.engine_build import default_cache_dir, engine_cache_key, read_record
 from bakeoff.serving.knobs import draft_model_knob
@@ -110,10 +110,7 @@ def _container_command(
     backend: BackendSpec, knobs: dict[str, KnobValue], *, model: str, port: int, served: str
 ) -> tuple[RenderedLaunch, str]:
     launch = render_container_launch(backend, knobs, served_model_name=served)
-    try:
-        runtime = find_runtime()
-    except RuntimeMissingError:
-        runtime = "docker"  # show the common form when no runtime is installed here
+    runtime = shown_runtime()
     config = Path.cwd() / backend.config_file.filename if backend.config_file else None
     draft = DRAFT_PLACEHOLDER_DIR if draft_model_knob(backend, launch.knobs) else None
     args = container_run_args(
@@ -125,4 +122,4 @@ def _container_command(
         config_path=config,
         draft_dir=draft,
     )
-    return launch, shlex.join([*runtime_command(runtime), *args])
+    return launch, shell_words([*runtime_command(runtime), *args])
