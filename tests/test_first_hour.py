@@ -36,7 +36,7 @@ from bakeoff.report.tables import effort_notes, setup_table, start_note, styled
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import write_summary
 from bakeoff.results.summary import Provenance
-from bakeoff.serving.backends import load_backend
+from bakeoff.serving.backends import list_backends, load_backend
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.launchers import rehearsed_container_command
 from bakeoff.serving.reference import serve_reference
@@ -643,7 +643,7 @@ def _setup_cell(folder: Path, label: str, backend: str, server: dict[str, object
 
 def test_the_report_header_says_what_was_compared_on_what(tmp_path: Path) -> None:
     (tmp_path / "campaign.yaml").write_text("name: t\ngpu: false\n")
-    llamacpp = "llama.cpp 0c1e570 (vendored in llama-cpp-python 0.3.36)"
+    llamacpp = load_backend("llamacpp").version
     _setup_cell(tmp_path, "l", "llamacpp", {"kind": "process", "command_line": "llama-server --model x"}, llamacpp)
     _setup_cell(tmp_path, "v", "vllm-cpu", {"kind": "process", "command_line": "/opt/python -m vllm"}, "0.32.0")
     image = {"kind": "container", "image": "localhost/bakeoff-vllm-cpu:0.32.0", "image_digest": "sha256:abc"}
@@ -657,3 +657,10 @@ def test_the_report_header_says_what_was_compared_on_what(tmp_path: Path) -> Non
     assert effort_notes(tmp_path) == []  # no GPU-memory note in a CPU report
     (tmp_path / "campaign.yaml").write_text("name: t\ngpu: true\n")
     assert any("gpu_memory_utilization" in note for note in effort_notes(tmp_path))
+
+
+def test_a_backend_version_is_spelled_once_without_the_framework_name() -> None:
+    for name in list_backends():
+        spec = load_backend(name)
+        framework = spec.display_name.split()[0].lower()
+        assert not spec.version.lower().startswith(framework), (name, spec.version)
