@@ -617,6 +617,7 @@ def test_the_gpu_host_steps_name_images_environment_commands_preflight_and_the_c
         'pull "${NGC_REGISTRY}/nvidia/tensorrt-llm',  # double-quoted: expands once exported
         "nvidia-smi",
         "bakeoff campaign validate campaigns/gpu-7b-three-frameworks.yaml",
+        "bakeoff campaign preflight campaigns/gpu-7b-three-frameworks.yaml",
         "bakeoff campaign run campaigns/gpu-7b-three-frameworks.yaml",
         f"-v {spec.model.path}:/model:ro",
         "--enable-chunked-prefill",  # the knobs the campaign sets reach the commands

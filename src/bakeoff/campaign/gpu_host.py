@@ -141,9 +141,10 @@ def gpu_host_steps(spec: CampaignSpec, campaign_file: Path, out_dir: Path) -> Gp
         "Pre-flight",
         notes=[
             f"nvidia-smi: the driver's CUDA version{cuda if cudas else ''}; bakeoff refuses a mismatch before pulling.",
-            "campaign validate on the GPU host also checks the model folders this machine could not.",
+            "campaign validate on the GPU host also checks the model folders this machine could not;",
+            "campaign preflight parses each server's exact launch with its framework's own parser, in its image.",
         ],
-        commands=["nvidia-smi", f"bakeoff campaign validate {file}"],
+        commands=["nvidia-smi", f"bakeoff campaign validate {file}", f"bakeoff campaign preflight {file}"],
     )
     runtime = shown_runtime()
     images = sorted({_image(b, s.image_tag) for s, b in containers})
