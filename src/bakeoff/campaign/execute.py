@@ -412,7 +412,8 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) ->
         refuse_on_failure(preflight_cells(cells, rehearse=rehearse, automatic=True), derived)
         reap_leftovers(out / "cells")
         salvage_runs(out / "cells", resolve_slo(spec.slo))
-        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells])
+        tag = REHEARSAL_TAG if rehearse else ""
+        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells], tag=tag)
         _run_cells(cells, out, failures, progress, spec)
         print(progress.summary(), flush=True)
         done = [c for c in load_cells(out) if c.label == server.label]
