@@ -129,7 +129,7 @@ def test_model_shorthand_string(tmp_path: Path, written: str, expected: dict[str
 def test_a_bad_model_value_shows_the_right_forms_not_a_class_name(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
         load_campaign(write(tmp_path / "c.yaml", {**BASE, "model": 7}))
-    assert "ModelRef" not in str(err.value) and "{preset: tiny|small}" in str(err.value)
+    assert "ModelRef" not in str(err.value) and "{preset: tiny|small|trained}" in str(err.value)
     with pytest.raises(SpecError) as err:
         load_campaign(write(tmp_path / "c.yaml", {**BASE, "model": {"preset": "tiny"}, "slo": 5}))
     assert "Slo" not in str(err.value) and "slo: expected a mapping" in str(err.value)

@@ -104,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         "print", help="a GitHub Actions workflow (self-hosted runner), a systemd service + timer and a crontab line"
     )
     what = sched.add_mutually_exclusive_group(required=True)
-    what.add_argument("--campaign", type=Path, help="campaign file, relative to the checkout")
+    what.add_argument(
+        "--campaign", type=Path, help="campaign file, relative to the checkout (default: none; give it or --drift)"
+    )
     what.add_argument(
         "--drift",
         action="store_true",
