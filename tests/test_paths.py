@@ -16,6 +16,7 @@ from bakeoff.errors import LaunchError, SpecError
 from bakeoff.notebook.guards import bench_ready
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
+from bakeoff.serving import engine_env
 from bakeoff.serving.backends import BACKENDS_DIR, list_backends, load_backend
 from bakeoff.serving.engine_env import (
     ENGINE_PYTHON_ENV,
@@ -124,7 +125,7 @@ def test_named_kernel_is_used_only_when_it_runs_this_interpreter(
 
 def test_engine_interpreter_is_found_or_names_its_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(paths, "checkout_root", lambda: None)
+    monkeypatch.setattr(engine_env, "checkout_root", lambda: None)
     assert find_engine_python() is None
     with pytest.raises(LaunchError, match=r"no engine environment .*scripts/bootstrap.sh .*BAKEOFF_ENGINE_PYTHON"):
         engine_python()

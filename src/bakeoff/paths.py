@@ -94,6 +94,7 @@ def notebook_kernel() -> str:
     none is installed, as in a plain ``pip install``) it is ipykernel's own ``python3``,
     which is always this interpreter.
     """
+    # Deferred: the report extra; every module imports paths
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     try:

@@ -20,6 +20,7 @@ validates it before saying so.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.results.layout import load_cells
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
+from bakeoff.serving.knobs import check_knob
 
 COST_ORDER = ("caps", "quantization", "kv_share", "context", "parallelism")
 
@@ -145,8 +147,6 @@ def _tp_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -
 
 
 def _threads_all(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
-    import os
-
     cores = os.cpu_count() or 1
     cur = _current(backend, knobs, "threads")
     if isinstance(cur, int) and cur >= cores:
@@ -187,8 +187,6 @@ _PLAYBOOK: dict[Bound, tuple[tuple[str, str, Proposal], ...]] = {
 
 def next_step(diagnosis: Diagnosis, backend: BackendSpec, knobs: Mapping[str, KnobValue]) -> Step | None:
     """The cheapest change that addresses the diagnosis and the backend accepts."""
-    from bakeoff.serving.knobs import check_knob
-
     for stage, knob, propose in _PLAYBOOK[diagnosis.bound]:
         if knob not in backend.knobs:
             continue

@@ -28,7 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bakeoff.observe.telemetry_series import SERIES_KEY, read_series, with_rates
 from bakeoff.results.layout import CellResult
+from bakeoff.results.store import RUN_INFO, read_json_or_empty
 
 Bound = Literal["memory", "batching", "compute", "scheduling", "bandwidth", "unknown"]
 
@@ -211,9 +213,6 @@ def classify(server: str, workload: str, levels: Sequence[Level]) -> Diagnosis:
 
 def levels_of_cell(cell: CellResult) -> list[Level]:
     """A cell's closed-loop levels with their series (``cell``: a CellResult of load_cells)."""
-    from bakeoff.observe.telemetry_series import SERIES_KEY, read_series, with_rates
-    from bakeoff.results.store import RUN_INFO, read_json_or_empty
-
     levels = []
     for run, summary in cell.summaries.items():
         if summary.workload.mode != "closed" or summary.workload.concurrency is None:

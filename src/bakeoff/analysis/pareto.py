@@ -88,7 +88,7 @@ def front(pts: pd.DataFrame, margin: float = MIN_EFFECT) -> pd.DataFrame:
 
 def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: str, axis: Axis = "throughput") -> Any:
     """Every server's points on the same axes, levels joined per server, the front drawn over them."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only the report (the report extra) draws
     import seaborn as sns
 
     data = pts[pts["workload"] == workload].sort_values(["server", X])

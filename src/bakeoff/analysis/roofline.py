@@ -35,7 +35,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from bakeoff.errors import SpecError
+from bakeoff.observe.hoststats import gpu_names as nvml_names
 from bakeoff.paths import user_cache_dir
 from bakeoff.results.store import atomic_write_bytes
 
@@ -79,8 +82,6 @@ def gpu_preset(name: str) -> tuple[str, float] | None:
 
 def copy_bandwidth_gbs(megabytes: int = 256, passes: int = 6) -> float:
     """Best copy bandwidth over ``passes`` (bytes read + bytes written, per second)."""
-    import numpy as np
-
     source = np.ones(megabytes * 2**20 // 8, dtype=np.float64)
     target = np.empty_like(source)
     np.copyto(target, source)  # touch every page first: the first pass would time page faults
@@ -152,8 +153,6 @@ def bandwidth(
         return Bandwidth(env, f"${ENV}")
     if accelerator == "gpu":
         if gpu_names is None:
-            from bakeoff.observe.hoststats import gpu_names as nvml_names
-
             gpu_names = nvml_names()
         for name in gpu_names:
             preset = gpu_preset(name)

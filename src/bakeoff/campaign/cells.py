@@ -39,6 +39,7 @@ from bakeoff.serving.gpu_checks import (
     check_model_dtype,
     effective_kv_dtype,
 )
+from bakeoff.serving.images import image_with_tag
 from bakeoff.serving.knobs import apply_pins
 from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.server_config import ServerConfig
@@ -112,7 +113,6 @@ def with_image_tag(backend: BackendSpec, tag: str | None, where: str) -> Backend
         return backend
     if backend.container is None:
         raise SpecError(f"{where}: backend {backend.name!r} runs as a process, not an image; remove image_tag")
-    from bakeoff.serving.images import image_with_tag
 
     container = backend.container.model_copy(
         update={

@@ -481,7 +481,7 @@ def _run_cells(
 
 
 def _run_one(cells: list[Cell], index: int, out: Path, failures: list[str], progress: CampaignProgress) -> None:
-    import papermill
+    import papermill  # deferred: the report extra; validating a campaign needs neither
     from nbclient.exceptions import DeadKernelError
 
     cell = cells[index]

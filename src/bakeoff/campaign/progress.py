@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from bakeoff.results.store import SUMMARY, read_summary
 from bakeoff.results.summary import STAT_LABELS, StatName
+from bakeoff.serving.launchers import launcher_kind
 from bakeoff.workloads.kinds import Workload
 
 # Rough decode speeds per output token and start-up times: CPU figures from this project's
@@ -157,8 +158,6 @@ def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:
 
 def cell_estimate(cell: Any, restart: bool) -> CellEstimate:
     """One ``campaign_cells.Cell``'s estimate, its start-up time that of the launcher it gets."""
-    # Imported here: launchers reach containers, which use this module's progress bars.
-    from bakeoff.serving.launchers import launcher_kind
 
     kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
     return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart)

@@ -52,8 +52,11 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bakeoff.campaign.runner import run_coroutine
 from bakeoff.errors import SpecError
 from bakeoff.measure.client import ClientSettings, StreamingClient
+from bakeoff.measure.loadgen import closed_loop
+from bakeoff.paths import shipped
 from bakeoff.results.layout import QUALITY_FILE
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_json, write_json
@@ -96,7 +99,6 @@ def prompt_set_path(name: str) -> Path:
     """A shipped set by name (``default``), or a path to a ``.jsonl`` file."""
     if name.endswith(".jsonl") or "/" in name:
         return Path(name).expanduser()
-    from bakeoff.paths import shipped
 
     return shipped("quality") / f"{name}.jsonl"
 
@@ -253,8 +255,6 @@ def quality_settings(settings: ClientSettings) -> ClientSettings:
 
 async def ask(settings: ClientSettings, requests: list[PlannedRequest], concurrency: int) -> list[RequestRecord]:
     """Every request through the streaming client, ``concurrency`` at a time, in request order."""
-    from bakeoff.measure.loadgen import closed_loop
-
     records: list[RequestRecord] = []
     async with StreamingClient(quality_settings(settings)) as client:
         await closed_loop(client, requests, concurrency, records.append)
@@ -282,8 +282,6 @@ def run_quality(
     baseline: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Ask every item of the set, score the answers and write ``out`` (atomically); return it."""
-    from bakeoff.campaign.runner import run_coroutine
-
     items = load_prompt_set(prompts)
     box: list[list[RequestRecord]] = []
 

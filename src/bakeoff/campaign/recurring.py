@@ -34,7 +34,9 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
+from bakeoff.results.store import atomic_write_bytes
 
 EVERY_FORMS = "Nh (N dividing 24: 1h, 6h, 12h), 1d, or 1w"
 # Where GitHub reads workflows from, leading dot included (copy the folder into your repository as it is).
@@ -101,8 +103,6 @@ class Job:
 
 def job_for(campaign: Path) -> Job:
     """The job for a campaign file (validated: a schedule of a broken campaign would fail weekly)."""
-    from bakeoff.campaign.specs import load_campaign
-
     spec = load_campaign(campaign)
     # llama.cpp's server is built from source once (cached); only campaigns that use it need it.
     targets = "venv models" + (" llamacpp" if any(s.backend == "llamacpp" for s in spec.servers) else "")
@@ -281,8 +281,6 @@ def as_text(files: dict[str, str]) -> str:
 
 
 def write(files: dict[str, str], out: Path) -> list[Path]:
-    from bakeoff.results.store import atomic_write_bytes
-
     written = []
     for name, body in files.items():
         atomic_write_bytes(out / name, body.encode())

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from bakeoff.analysis.thresholds import parse_threshold
+from bakeoff.analysis.thresholds import parse_threshold, parse_thresholds
 from bakeoff.campaign.ladder import LadderSpec
 from bakeoff.campaign.quality import QualitySpec
 from bakeoff.errors import SpecError
@@ -113,8 +113,6 @@ class CampaignSpec(Strict):
     @field_validator("regression", mode="before")
     @classmethod
     def _regression(cls, value: object) -> object:
-        from bakeoff.analysis.thresholds import parse_thresholds
-
         return parse_thresholds(value)
 
     @model_validator(mode="after")

@@ -22,11 +22,17 @@ from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
+from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.errors import ServerDiedError, SpecError
+from bakeoff.measure.auth import parse_header_arg, request_headers
+from bakeoff.measure.client import ClientSettings
+from bakeoff.measure.control import check_server, context_limit
 from bakeoff.results.store import RECORDS_JOURNAL, RUN_INFO, SUMMARY, read_journal, read_summary
 from bakeoff.results.summary import RunSummary
 from bakeoff.schema import flag_errors
 from bakeoff.workloads.kinds import Workload
+from bakeoff.workloads.plans import PlanBuilder
+from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 
 # Workload fields as the flags that set them, so a refused value names what the user typed.
 FLAG_OF = {
@@ -269,13 +275,8 @@ def add_bench_options(bench: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Check everything, then run each plan of the workload into ``--out`` and print the summary."""
-    from bakeoff.campaign.runner import RunTarget, execute_plan
-    from bakeoff.measure.auth import parse_header_arg, request_headers
-    from bakeoff.measure.client import ClientSettings
-    from bakeoff.measure.control import check_server, context_limit
+    # Deferred: report.tables loads pandas (the report extra), which bench needs for nothing else.
     from bakeoff.report.tables import run_warnings, summary_table
-    from bakeoff.workloads.plans import PlanBuilder
-    from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 
     if args.warmup < 0:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")

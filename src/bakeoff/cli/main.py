@@ -10,13 +10,32 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from bakeoff.analysis.advisor import advise, write_campaign
+from bakeoff.campaign import recurring
+from bakeoff.campaign.cells import validate_campaign
+from bakeoff.campaign.execute import render_report, run_campaign
+from bakeoff.campaign.gpu_host import unset_warnings
+from bakeoff.campaign.preflight import preflight_campaign
+from bakeoff.campaign.progress import assumptions, campaign_estimate, duration
+from bakeoff.campaign.rehearsal import gpu_host_text
+from bakeoff.campaign.resume import failed_cells
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.cli import history_cmd, trace_cmd
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
+from bakeoff.cluster.ray_runner import run_campaign_ray
 from bakeoff.errors import BakeoffError, SpecError
-from bakeoff.models.presets import PRESET_NAMES
+from bakeoff.models.presets import COMPANIONS, PRESET_NAMES, make_preset, preset_is_ready
+from bakeoff.observe.origin import gpu_available
+from bakeoff.paths import campaign_file, models_dir
+from bakeoff.results.layout import CAMPAIGN_COPY
+from bakeoff.results.store import SUMMARY
+from bakeoff.serving import backends
+from bakeoff.serving.audit import audit
+from bakeoff.serving.knobs import parse_knob_args
+from bakeoff.serving.show_launch import describe_launch
 
 DESCRIPTION = """\
 Compare LLM serving frameworks with identical requests.
@@ -120,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="write the files under this folder instead of printing them (default: print)"
     )
 
-    backends = sub.add_parser("backends", help="list backends or show a rendered launch")
-    back_sub = backends.add_subparsers(dest="backends_command", required=True)
+    back = sub.add_parser("backends", help="list backends or show a rendered launch")
+    back_sub = back.add_subparsers(dest="backends_command", required=True)
     back_sub.add_parser("list", help="list backend specs")
     show = back_sub.add_parser("show", help="print the exact launch command for a knob set")
     show.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
@@ -146,12 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     advise = sub.add_parser("advise", help="the next knob to turn, from a campaign's diagnosis, as a campaign to run")
     advise.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
     advise.add_argument("--out", type=Path, help="the campaign file to write (default: CAMPAIGN_DIR/advice.yaml)")
-    from bakeoff.cli.trace_cmd import add_trace_commands
-
-    add_trace_commands(sub)
-    from bakeoff.cli.history_cmd import add_history_commands
-
-    add_history_commands(sub)
+    trace_cmd.add_trace_commands(sub)
+    history_cmd.add_history_commands(sub)
     _plain_help(parser)
     return parser
 
@@ -179,9 +194,6 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from bakeoff.models.presets import COMPANIONS, make_preset, preset_is_ready
-    from bakeoff.paths import models_dir
-
     if args.out_dir is not None and COMPANIONS.get(args.preset):
         raise SpecError(f"out_dir: --preset {args.preset} also makes {COMPANIONS[args.preset]}; leave out_dir unset")
     for preset in (args.preset, *COMPANIONS.get(args.preset, ())):
@@ -195,19 +207,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    from bakeoff.campaign.cells import validate_campaign
-    from bakeoff.campaign.execute import run_campaign
-    from bakeoff.campaign.gpu_host import unset_warnings
-    from bakeoff.campaign.progress import assumptions, campaign_estimate, duration
-    from bakeoff.campaign.rehearsal import gpu_host_text
-    from bakeoff.campaign.resume import failed_cells
-    from bakeoff.campaign.specs import load_campaign
-    from bakeoff.observe.origin import gpu_available
-    from bakeoff.paths import campaign_file
-
     if args.campaign_command == "preflight":
-        from bakeoff.campaign.preflight import preflight_campaign
-
         results = preflight_campaign(campaign_file(args.file), rehearse=args.rehearse)
         for result in results:
             print(result.line())
@@ -231,8 +231,6 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     if args.store is not None and args.ray is None:
         raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
     if args.ray is not None:
-        from bakeoff.cluster.ray_runner import run_campaign_ray
-
         report = run_campaign_ray(
             campaign_file(args.file),
             out_dir=args.out,
@@ -258,28 +256,20 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from bakeoff.campaign import recurring as schedule
-
     if args.drift:
-        files = schedule.render_drift(args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
+        files = recurring.render_drift(args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
     else:
-        files = schedule.render(args.campaign, args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
+        files = recurring.render(args.campaign, args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
     if args.out is None:
-        print(schedule.as_text(files), end="")
+        print(recurring.as_text(files), end="")
         return 0
-    for path in schedule.write(files, args.out):
+    for path in recurring.write(files, args.out):
         print(path)
     return 0
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    from bakeoff.serving import backends
-    from bakeoff.serving.knobs import parse_knob_args
-    from bakeoff.serving.show_launch import describe_launch
-
     if args.backends_command == "audit":
-        from bakeoff.serving.audit import audit
-
         text, status = audit(args.name, args.wheel, args.against, args.write_defaults, missing_only=args.missing_only)
         print(text)
         return status
@@ -294,10 +284,6 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bakeoff.campaign.execute import render_report
-    from bakeoff.results.layout import CAMPAIGN_COPY
-    from bakeoff.results.store import SUMMARY
-
     folder = args.campaign_dir
     if not (folder / CAMPAIGN_COPY).is_file():
         raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
@@ -308,10 +294,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    from bakeoff.analysis.advisor import advise, write_campaign
-    from bakeoff.campaign.cells import validate_campaign
-    from bakeoff.results.layout import CAMPAIGN_COPY
-
     folder = args.campaign_dir
     if not (folder / CAMPAIGN_COPY).is_file():
         raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
@@ -322,18 +304,6 @@ def cmd_advise(args: argparse.Namespace) -> int:
     cells = validate_campaign(out)  # the advice is only worth writing if it runs
     print(f"campaign: {out} ({len(cells)} cells, validated); run it with: bakeoff campaign run {out}")
     return 0
-
-
-def cmd_trace(args: argparse.Namespace) -> int:
-    from bakeoff.cli.trace_cmd import cmd_trace as run
-
-    return run(args)
-
-
-def _history_handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from bakeoff.cli.history_cmd import HANDLERS
-
-    return HANDLERS
 
 
 # Commands that measure or hold a server: a SIGTERM (timeout, docker stop, systemd, Kubernetes) stops them as
@@ -374,8 +344,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         "backends": cmd_backends,
         "report": cmd_report,
         "advise": cmd_advise,
-        "trace": cmd_trace,
-        **_history_handlers(),
+        "trace": trace_cmd.cmd_trace,
+        **history_cmd.HANDLERS,
         "schedule": cmd_schedule,
     }
     try:

@@ -19,6 +19,8 @@ from bakeoff.results.store import atomic_write_bytes
 from bakeoff.schema import flag_errors
 from bakeoff.workloads.kinds import Trace
 from bakeoff.workloads.traces.formats import FORMATS, detect_format, write_bakeoff
+from bakeoff.workloads.traces.inspect import render, summarize_trace
+from bakeoff.workloads.traces.loading import load_trace
 
 
 def add_trace_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,9 +69,6 @@ def trace_workload(args: argparse.Namespace) -> Trace:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from bakeoff.workloads.traces.inspect import render, summarize_trace
-    from bakeoff.workloads.traces.loading import load_trace
-
     wl = trace_workload(args)
     if args.trace_command == "inspect":
         if args.bin_s is not None and args.bin_s <= 0:

@@ -44,6 +44,7 @@ from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.observe.origin import gpus
 from bakeoff.paths import reports_dir
 from bakeoff.results.layout import REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
@@ -130,7 +131,6 @@ def node_facts() -> dict[str, Any]:
             facts["gpu_type"] = labels[0] if labels else None
     except ImportError:
         pass
-    from bakeoff.observe.origin import gpus
 
     found = gpus()  # (name, driver) per GPU nvidia-smi lists on this node
     if found:
@@ -150,7 +150,7 @@ def _reap_earlier(earlier: dict[str, Any], cell_dir: Path, here: dict[str, Any])
     if node is None or node == here["node_id"]:
         reap_leftovers(cell_dir)
         return where
-    import ray
+    import ray  # deferred: the ray extra
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = ray.nodes()  # type: ignore[no-untyped-call]

@@ -27,6 +27,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from bakeoff.errors import BakeoffError, ResultsError, SpecError
+from bakeoff.paths import reports_dir
 from bakeoff.results.layout import REHEARSAL_MARKER, is_rehearsal
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json
 from bakeoff.results.summary import RunSummary
@@ -52,7 +54,6 @@ def history_root(explicit: Path | None = None) -> Path:
     env = os.environ.get(HISTORY_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    from bakeoff.paths import reports_dir
 
     return reports_dir() / ".history"
 
@@ -204,8 +205,6 @@ def _copy_runs(campaign_dir: Path, dest: Path, runs: list[FinishedRun]) -> None:
 
 def archive_after_run(campaign_dir: Path, campaign_file: Path) -> Path | None:
     """The end of ``campaign run``: archive what it measured; a failure is a warning, not a lost report."""
-    import sys
-
     if is_rehearsal(campaign_dir):
         # Stand-ins' figures must never enter a trend or a regression gate.
         print("history: a rehearsal is not archived (nothing in it is a measurement)")

@@ -43,6 +43,7 @@ from bakeoff.analysis.thresholds import (
     quality_readings,
     unsupported,
 )
+from bakeoff.console import text_table
 from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.history.baseline import Ref, baseline_archives, resolve
@@ -278,8 +279,6 @@ def _change(j: Judgement) -> str:
 
 def render(result: Comparison) -> str:
     """The verdict table, the servers without a baseline and what to roll back to."""
-    from bakeoff.console import text_table
-
     rows = [
         (
             j.server,

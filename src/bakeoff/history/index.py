@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import yaml
 
 from bakeoff.analysis.thresholds import GATE_METRICS, estimates, quality_readings, readings
 from bakeoff.errors import SpecError
@@ -238,8 +239,6 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def campaign_raw(folder: Path) -> dict[str, Any]:
-    import yaml
-
     raw = yaml.safe_load((folder / arch.CAMPAIGN_COPY).read_text())
     return raw if isinstance(raw, dict) else {}
 

@@ -19,6 +19,10 @@ from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.history.compare import judge, thresholds_of
 from bakeoff.history.index import connect
+from bakeoff.notebook import kernelrun
+from bakeoff.notebook.htmlexport import export_html
+from bakeoff.notebook.kernelrun import kernel_environment
+from bakeoff.paths import notebook, notebook_kernel, reports_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,7 +112,7 @@ def versions_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def figure(frame: pd.DataFrame, campaign: str, metric: str) -> Any:
     """One metric of one campaign over time: a panel per workload run, a line per server."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only the trend report draws
     from matplotlib.lines import Line2D
 
     data = frame[(frame["campaign"] == campaign) & (frame["metric"] == metric)]
@@ -164,11 +168,6 @@ def render_trend(
     history_dir: Path, campaign: str | None = None, metrics: list[str] | None = None, out: Path | None = None
 ) -> Path:
     """Execute ``trend.ipynb`` over the history and export it to ``OUT/trend.html``."""
-    from bakeoff.notebook import kernelrun
-    from bakeoff.notebook.htmlexport import export_html
-    from bakeoff.notebook.kernelrun import kernel_environment
-    from bakeoff.paths import notebook, notebook_kernel, reports_dir
-
     trend_frame(history_dir, campaign, metrics)  # bad input fails here, before a kernel starts
     out = (out or reports_dir() / (f"trend-{campaign}" if campaign else "trend")).resolve()
     out.mkdir(parents=True, exist_ok=True)

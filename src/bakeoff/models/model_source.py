@@ -35,6 +35,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from bakeoff.errors import SpecError
+from bakeoff.models.presets import resolve_model_dir
 from bakeoff.schema import Strict
 
 # The names `bakeoff model make --preset` makes (bakeoff.models.presets.PRESET_NAMES; a test holds them equal).
@@ -184,7 +185,6 @@ def resolve_model(
         hub = hf_hub_cache(env)
         local = cached_snapshot(model.hf_id, hub)
         return ModelSource(hf_id=model.hf_id, local_dir=local, hub_cache=hub, home=hf_home(env))
-    from bakeoff.models.presets import resolve_model_dir
 
     return ModelSource(hf_id=None, local_dir=resolve_model_dir(model.preset, model.path, models_dir))
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
 from bakeoff.errors import SpecError
 
 CHAT_TEMPLATE = (
@@ -77,8 +79,7 @@ def train_tokenizer(vocab_size: int, seed: int, texts: list[str] | None = None) 
     Trained on ``texts`` when given (the ``trained`` preset's own corpus), else on the
     synthetic Zipf corpus of ``seed``.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # deferred: the modelgen extra, heavy to import
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -139,8 +140,6 @@ def train_sentencepiece_style_tokenizer(
     (what the converter writes with ``legacy=False``). Deterministic from the seed; trained
     on a shorter corpus than the model tokenizer, since tests build several.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
     byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
     trainer_vocab = vocab_size - len(byte_pieces) - len(SP_CONTROL_TOKENS)
     draft = Tokenizer(models.BPE(unk_token="<unk>") if model == "bpe" else models.Unigram())
@@ -212,7 +211,7 @@ def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
     """Write config, random bf16 safetensors weights and the tokenizer into ``out_dir``."""
     if preset not in PRESETS:
         raise SpecError(f"preset {preset!r} unknown; choose one of: {', '.join(PRESETS)}")
-    import torch
+    import torch  # deferred: the modelgen extra (torch loads in seconds)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     spec = PRESETS[preset]

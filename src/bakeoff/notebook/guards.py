@@ -113,7 +113,7 @@ class NotebookStop(Exception):
 
 def stop_unless(verdict: Verdict) -> None:
     """Show the verdict's message and stop the notebook (Run All too) when it is not ready."""
-    from IPython.display import Markdown, display
+    from IPython.display import Markdown, display  # deferred: IPython is there only inside a notebook kernel
 
     if verdict.message:
         display(Markdown(verdict.message))  # type: ignore[no-untyped-call]

@@ -14,7 +14,7 @@ from bakeoff.results.store import atomic_write_bytes
 
 def export_html(executed: Path, html: Path) -> Path:
     """Write ``executed`` (an executed notebook) as HTML to ``html``, inputs and prompts left out."""
-    from nbconvert import HTMLExporter
+    from nbconvert import HTMLExporter  # deferred: the report extra, heavy to import
     from nbformat import read
 
     exporter = HTMLExporter(

@@ -68,7 +68,7 @@ def execute(
     as papermill raises them; an interrupt raises ``KeyboardInterrupt`` once the kernel
     has stopped.
     """
-    import papermill
+    import papermill  # deferred: the report extra, heavy to import
 
     errors: list[BaseException] = []
 

@@ -16,9 +16,11 @@ import pandas as pd
 import yaml
 
 from bakeoff.analysis import pareto
+from bakeoff.analysis.advisor import advise
 from bakeoff.analysis.diagnosis import diagnose_cells
 from bakeoff.analysis.roofline import Bandwidth, ModelShape, bandwidth, model_shape
 from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
+from bakeoff.paths import models_dir
 from bakeoff.report.plots import server_palette, telemetry_figure
 from bakeoff.report.tables import REHEARSAL_SUFFIX
 from bakeoff.results.layout import CellResult, is_rehearsal, load_cells
@@ -78,8 +80,6 @@ def telemetry_figures(campaign_dir: Path, frame: pd.DataFrame) -> list[tuple[str
 
 
 def _model_folder(campaign: dict[str, Any], cell: CellResult) -> Path | None:
-    from bakeoff.paths import models_dir
-
     server_path = cell.server.get("model_path")
     if server_path:
         return Path(server_path)
@@ -211,8 +211,6 @@ def pareto_figures(
 
 def advice_markdown(campaign_dir: Path) -> str:
     """The tuning advisor's next step, as the report shows it (nothing is written)."""
-    from bakeoff.analysis.advisor import advise
-
     steps = advise(campaign_dir)
     if not steps:
         return "No advice: nothing measured to advise on (rehearsals and single levels give no diagnosis)."

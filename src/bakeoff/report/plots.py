@@ -15,7 +15,7 @@ import pandas as pd
 
 def server_palette(servers: Iterable[str]) -> dict[str, Any]:
     """Server label -> colour, stable for a given set of labels."""
-    import seaborn as sns
+    import seaborn as sns  # deferred (here and below): plotting libraries load in seconds; tables need none
 
     labels = sorted(set(servers))
     colours = sns.color_palette("tab10" if len(labels) <= 10 else "husl", len(labels))

@@ -14,8 +14,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from bakeoff.analysis import verdict
 from bakeoff.errors import SpecError
 from bakeoff.report.measured_apart import measured_apart_note
+from bakeoff.report.plots import server_palette
 from bakeoff.results import metric_table
 from bakeoff.results.layout import (
     QUALITY_FILE,
@@ -296,10 +298,8 @@ def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | N
     ``palette``: server -> colour (:func:`bakeoff.report.plots.server_palette`); by default made
     from every server in ``frame``, so colours match the campaign's other figures.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: only the figures need the plotting libraries
     import seaborn as sns
-
-    from bakeoff.report.plots import server_palette
 
     colours = palette or server_palette(frame["server"])
     data, axis = _sweep_axes(frame[frame["workload"] == workload])
@@ -335,7 +335,7 @@ def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | N
 
 def turn_figure(campaign_dir: Path) -> Any:
     """Median TTFT by conversation turn: prefix caching should flatten later turns."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: only the figures need the plotting libraries
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for cell in load_cells(campaign_dir):
@@ -578,8 +578,6 @@ def remeasured_table(campaign_dir: Path) -> pd.DataFrame:
 
 def verdict_section(campaign_dir: Path) -> str:
     """The verdict the report opens with (:mod:`bakeoff.analysis.verdict`), as markdown."""
-    from bakeoff.analysis import verdict
-
     if is_rehearsal(campaign_dir):
         # Its runs are left out of every verdict; "no sweep" would read as a missing workload.
         return "Rehearsal: no verdict is drawn. Every server was a reference-server stand-in, not a framework."
@@ -590,15 +588,11 @@ def verdict_section(campaign_dir: Path) -> str:
 
 def noise_table(campaign_dir: Path) -> pd.DataFrame:
     """Run-to-run noise: the coefficient of variation across repeats, per server, load and figure."""
-    from bakeoff.analysis import verdict
-
     return pd.DataFrame(verdict.noise_table(campaign_dir))
 
 
 def confidence_table(campaign_dir: Path) -> pd.DataFrame:
     """Every headline figure per server and load with n and its Student-t interval across repeats."""
-    from bakeoff.analysis import verdict
-
     return pd.DataFrame(verdict.figures_table(campaign_dir))
 
 

@@ -156,7 +156,7 @@ def _timelines(campaign_dir: Path, workload: str, bin_s: float | None) -> pd.Dat
 
 def trace_figure(campaign_dir: Path, workload: str, bin_s: float | None = None) -> Any:
     """Offered vs achieved rate, and TTFT / TPOT over time beside the arrival rate, per server."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: only the figures need the plotting libraries
     import seaborn as sns
 
     data = _timelines(campaign_dir, workload, bin_s)

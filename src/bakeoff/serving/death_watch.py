@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from bakeoff.results.records import RequestRecord
+from bakeoff.serving.containers import container_running
 from bakeoff.serving.process import ServerHandle, log_tail
 
 # Consecutive failed connects (no answer in between) that end a run on their own.
@@ -83,8 +84,6 @@ def process_probe(pid: int) -> Probe:
 
 def container_probe(runtime: str, container: str) -> Probe:
     def look() -> ServerState:
-        from bakeoff.serving.containers import container_running
-
         return ServerState(True) if container_running(runtime, container) else ServerState(False, "container stopped")
 
     return look

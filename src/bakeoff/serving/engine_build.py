@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bakeoff.console import working
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.paths import user_cache_dir
 from bakeoff.serving.backends import BackendSpec, KnobValue
@@ -136,8 +137,6 @@ def engine_step_args(
 
 def run_logged(argv: list[str], log_path: Path) -> int:
     """Run one command, appending its output to ``log_path``; its exit status."""
-    from bakeoff.console import working
-
     with log_path.open("ab") as log, working(f"engine build: {Path(argv[-1]).name if argv else ''}"):
         log.write(f"$ {' '.join(argv)}\n".encode())
         log.flush()

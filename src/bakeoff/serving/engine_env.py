@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import LaunchError
+from bakeoff.paths import checkout_root
 from bakeoff.serving.backends import BackendSpec
 
 ENGINE_PYTHON_ENV = "BAKEOFF_ENGINE_PYTHON"
@@ -43,8 +44,6 @@ print(json.dumps({"python": platform.python_version(), "packages": found}))
 
 
 def _candidates() -> list[Path]:
-    from bakeoff.paths import checkout_root
-
     found = [Path.cwd() / ENGINE_VENV / "bin" / "python"]
     checkout = checkout_root()
     if checkout is not None:

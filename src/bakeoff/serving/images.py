@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bakeoff.console import working
 from bakeoff.errors import LaunchError
 from bakeoff.paths import user_cache_dir
 from bakeoff.results.store import atomic_write_bytes
@@ -88,7 +89,6 @@ def ensure_image(runtime: str, image: str, *, build: str | None = None) -> Image
     local = build is not None or image.startswith(LOCAL_IMAGE_PREFIX)
     if local or (info.present and not floating_tag(image)):
         return inspect_image(runtime, image, build=build)
-    from bakeoff.console import working
 
     started = time.monotonic()
     with working(f"pulling {image}"):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff.errors import KnobError, SpecError
 from bakeoff.schema import did_you_mean
+from bakeoff.serving.backends import KNOB_VOCABULARY
 
 if TYPE_CHECKING:
     from bakeoff.serving.backends import BackendSpec, KnobSpec, KnobValue
@@ -39,8 +40,6 @@ DRAFT_PLACEHOLDER = "{draft_model}"
 
 def check_knob(backend: BackendSpec, name: str, value: KnobValue) -> KnobValue:
     """Validate one knob value for a backend and return it coerced to the knob's type."""
-    from bakeoff.serving.backends import KNOB_VOCABULARY
-
     where = f"backend {backend.name!r}, knob {name!r}"
     if name not in KNOB_VOCABULARY:
         hint = did_you_mean(name, backend.knobs) or did_you_mean(name, KNOB_VOCABULARY)

@@ -30,11 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
+from bakeoff.measure.control import check_server
 from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization, tensor_types
 from bakeoff.models.model_source import ContainerModel, ModelSource
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
+from bakeoff.serving.containers import container_run_args, render_container_launch, run_container
+from bakeoff.serving.engine_build import build_engine
 from bakeoff.serving.engine_env import interpreter
+from bakeoff.serving.gpu_checks import check_cuda_compat, query_nvidia_smi
 from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, free_port, run_local_process
@@ -128,20 +132,14 @@ def _require_image(backend: BackendSpec) -> None:
 
 @contextlib.contextmanager
 def _container(ctx: LaunchContext) -> Started:
-    from bakeoff.serving.containers import render_container_launch, run_container
-
     backend = ctx.backend
     assert backend.container is not None
     _require_image(backend)
     if backend.accelerator == "gpu":
-        from bakeoff.serving.gpu_checks import check_cuda_compat, query_nvidia_smi
-
         # Before any pull: an image newer than the driver's CUDA fails only after minutes.
         check_cuda_compat(backend, query_nvidia_smi())
     source, engine_s = ctx.source, None
     if backend.engine_build is not None:
-        from bakeoff.serving.engine_build import build_engine
-
         # The engine flow serves a prebuilt engine: build (or reuse) it first, timed.
         engine = build_engine(source.local_dir_or_raise(), backend, ctx.server.knobs)
         source, engine_s = ModelSource(hf_id=None, local_dir=engine.path), engine.seconds
@@ -199,8 +197,6 @@ def rehearsed_container_command(
     The runtime is the one ``backends show`` names (:func:`shown_runtime`); ``config_path`` is
     where the rendered options file was written (a rehearsal writes it into its run folder).
     """
-    from bakeoff.serving.containers import container_run_args
-
     runtime = shown_runtime()
     args = container_run_args(
         launch,
@@ -223,8 +219,6 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     config file written) exactly as for a GPU host, the health probe, metric scrapes and
     cache resets go to the backend's own paths, and the handle says ``rehearsal``.
     """
-    from bakeoff.serving.containers import render_container_launch
-
     backend = ctx.backend
     assert backend.rehearsal_profile is not None and backend.container is not None
     model = ctx.source.container_mount(backend.container.model_mount)
@@ -261,8 +255,6 @@ def _rehearsal(ctx: LaunchContext) -> Started:
 @contextlib.contextmanager
 def _external(ctx: LaunchContext) -> Started:
     """A server bakeoff does not launch: check it answers and serves the model, then use it."""
-    from bakeoff.measure.control import check_server
-
     url = str(ctx.server.url).rstrip("/")
     try:
         check_server(url, ctx.served_name, headers=dict(ctx.headers))

@@ -9,6 +9,7 @@ recorded so the report can show engineering effort.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -113,8 +114,6 @@ PID_FILE = "server.pgid"
 def _die_with_parent() -> None:
     """Runs in the child before exec: SIGTERM it if bakeoff itself dies (no orphaned servers)."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)

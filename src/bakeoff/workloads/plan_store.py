@@ -8,14 +8,17 @@ assistant turns are the server's real replies, appended while the run goes.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from bakeoff.errors import SpecError
+from bakeoff.results.store import atomic_write_bytes
 from bakeoff.workloads.kinds import Trace, Workload
 from bakeoff.workloads.plans import RunPlan
+from bakeoff.workloads.traces.loading import resolve_trace_path
 
 PLAN_INDEX = "index.json"
 PLAN_INPUTS = "inputs.json"
@@ -27,22 +30,17 @@ def plan_inputs(wl: Workload, tokenizer_file: Path | None, context_limit: int | 
     The tokenizer decides every prompt's tokens; the context limit decides what a trace
     clips; a trace's rows live in its file, not in the spec.
     """
-    import hashlib
 
     def digest(path: Path | None) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None and path.is_file() else None
 
     inputs: dict[str, Any] = {"tokenizer_sha256": digest(tokenizer_file), "context_limit": context_limit}
     if isinstance(wl, Trace):
-        from bakeoff.workloads.traces.loading import resolve_trace_path
-
         inputs["trace_sha256"] = digest(resolve_trace_path(wl.path))
     return inputs
 
 
 def save_plans(plans: list[RunPlan], folder: Path, inputs: dict[str, Any] | None = None) -> None:
-    from bakeoff.results.store import atomic_write_bytes
-
     folder.mkdir(parents=True, exist_ok=True)
     for plan in plans:
         atomic_write_bytes(folder / f"{plan.name}.json", plan.to_json())

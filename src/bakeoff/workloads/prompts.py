@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from tokenizers import Tokenizer
+
 from bakeoff.errors import SpecError
 
 if TYPE_CHECKING:
@@ -185,7 +187,6 @@ def load_tokenizer(path: Path | None) -> TokenizerInfo:
     """Load ``tokenizer.json`` from a model folder (or the file itself); None -> approximate."""
     if path is None:
         return TokenizerInfo(exact=False)
-    from tokenizers import Tokenizer
 
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
