@@ -99,33 +99,15 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
     """
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
     source = resolve_model(spec.model)
-    everything = expand(spec, source.local_dir, rehearse=is_rehearsal(campaign_dir))
-    cells = [
-        c
-        for c in everything
-        if c.server.label == server_label and c.workload.label == workload_name and c.repeat == repeat
-    ]
-    if not cells:
-        raise SpecError(f"no cell {server_label} x {workload_name} (repeat {repeat}) in {campaign_dir / CAMPAIGN_COPY}")
-    cell = cells[0]
+    cell = _find_cell(spec, source, campaign_dir, server_label, workload_name, repeat)
     cell_dir = campaign_dir / "cells" / cell.cell_id
     plans = load_plans(campaign_dir / "plans" / workload_name)
     tokenizer = load_tokenizer(source.tokenizer_dir())
-    effort: dict[str, Any] = {"failed_start_attempts": []}
+    restarts: list[dict[str, Any]] = []  # restarts that emptied the prefix cache (cache_reset: restart)
+    effort: dict[str, Any] = {"failed_start_attempts": [], "cache_restarts": restarts}
     summaries: dict[str, Any] = {}
-    info: dict[str, Any] = {
-        "server": cell.server.model_dump(mode="json"),
-        "backend": cell.backend.name,
-        "workload": workload_name,
-        "repeat": repeat,
-        "status": "running",
-        "started_at": resume.now_iso(),
-        # Attempts a resumed campaign moved aside before measuring this cell again.
-        "earlier_attempts": resume.earlier_attempts(cell_dir),
-    }
+    info = _started_info(cell, cell_dir)
     write_json(cell_dir / CELL_INFO, info)
-    restarts: list[dict[str, Any]] = []
-    effort["cache_restarts"] = restarts  # restarts that emptied the prefix cache (cache_reset: restart)
 
     def start() -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
         return start_server(cell, source, spec.model.served_name, cell_dir)
@@ -134,28 +116,14 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
         for attempt in range(1, spec.start_attempts + 1):
             try:
                 with CellServer(start, cell.backend, restarts) as server:
-                    if "server" not in effort:
-                        handle, launch = server.current()
-                        effort.update(_static_effort(cell, launch, handle))
-                    _run_plans(cell, spec, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
-                    if spec.quality is not None:  # after the speed runs, on the same server
-                        settings = client_settings(cell, server.current()[0], tokenizer.count)
-                        info["quality"] = quality.measure_cell(spec.quality, settings, cell_dir, cell.cell_id)["rates"]
+                    _measure_cell(spec, cell, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
                 break
             except LaunchError as exc:
                 # Failed starts (a restart's too) are part of the engineering effort: record each, then retry.
                 effort["failed_start_attempts"].append(str(exc)[:2000])
                 if attempt == spec.start_attempts:
                     raise
-        effort["cache_restart_s"] = sum(r["stop_s"] + r["start_s"] for r in restarts)
-        if spec.measure_warm_restart and repeat > 1:
-            # A later repeat's start found the caches a first start filled: it is the warm restart.
-            effort["warm_restart_s"] = effort.get("cold_start_s")
-        elif spec.measure_warm_restart and spec.planned_repeats == 1:
-            # A cache restart already was a warm restart: no extra one to time.
-            effort["warm_restart_s"] = (
-                restarts[0]["start_s"] if restarts else _time_restart(cell, source, spec.model.served_name, cell_dir)
-            )
+        _restart_effort(spec, cell, source, cell_dir, effort, restarts)
         info["status"] = "ok"
         info["fingerprint"] = cell_fingerprint(cell, campaign_dir)
         info["finished_at"] = resume.now_iso()
@@ -173,6 +141,71 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
         write_json(cell_dir / CELL_INFO, info)
         _attach(cell_dir, effort, cell.server.cost_per_hour_usd, spec.energy_usd_per_kwh)
     return summaries
+
+
+def _find_cell(
+    spec: CampaignSpec, source: ModelSource, campaign_dir: Path, server_label: str, workload_name: str, repeat: int
+) -> Cell:
+    """The campaign's cell of this server, workload and repeat."""
+    for c in expand(spec, source.local_dir, rehearse=is_rehearsal(campaign_dir)):
+        if c.server.label == server_label and c.workload.label == workload_name and c.repeat == repeat:
+            return c
+    raise SpecError(f"no cell {server_label} x {workload_name} (repeat {repeat}) in {campaign_dir / CAMPAIGN_COPY}")
+
+
+def _started_info(cell: Cell, cell_dir: Path) -> dict[str, Any]:
+    """cell.json as the cell starts: what it is, and that it is running."""
+    return {
+        "server": cell.server.model_dump(mode="json"),
+        "backend": cell.backend.name,
+        "workload": cell.workload.label,
+        "repeat": cell.repeat,
+        "status": "running",
+        "started_at": resume.now_iso(),
+        # Attempts a resumed campaign moved aside before measuring this cell again.
+        "earlier_attempts": resume.earlier_attempts(cell_dir),
+    }
+
+
+def _measure_cell(
+    spec: CampaignSpec,
+    cell: Cell,
+    plans: list[RunPlan],
+    count_tokens: TokenCounter,
+    server: CellServer,
+    cell_dir: Path,
+    effort: dict[str, Any],
+    info: dict[str, Any],
+    summaries: dict[str, Any],
+) -> None:
+    """On a started server: its start-up effort (first start only), every plan, then the quality set."""
+    if "server" not in effort:
+        handle, launch = server.current()
+        effort.update(_static_effort(cell, launch, handle))
+    _run_plans(cell, spec, plans, count_tokens, server, cell_dir, effort, info, summaries)
+    if spec.quality is not None:  # after the speed runs, on the same server
+        settings = client_settings(cell, server.current()[0], count_tokens)
+        info["quality"] = quality.measure_cell(spec.quality, settings, cell_dir, cell.cell_id)["rates"]
+
+
+def _restart_effort(
+    spec: CampaignSpec,
+    cell: Cell,
+    source: ModelSource,
+    cell_dir: Path,
+    effort: dict[str, Any],
+    restarts: list[dict[str, Any]],
+) -> None:
+    """The time cache restarts cost, and the warm restart where the campaign asks for it."""
+    effort["cache_restart_s"] = sum(r["stop_s"] + r["start_s"] for r in restarts)
+    if spec.measure_warm_restart and cell.repeat > 1:
+        # A later repeat's start found the caches a first start filled: it is the warm restart.
+        effort["warm_restart_s"] = effort.get("cold_start_s")
+    elif spec.measure_warm_restart and spec.planned_repeats == 1:
+        # A cache restart already was a warm restart: no extra one to time.
+        effort["warm_restart_s"] = (
+            restarts[0]["start_s"] if restarts else _time_restart(cell, source, spec.model.served_name, cell_dir)
+        )
 
 
 def client_settings(cell: Cell, handle: ServerHandle, count_tokens: TokenCounter | None) -> ClientSettings:

@@ -70,7 +70,7 @@ from bakeoff.results.summary import (
     WorkloadInfo,
 )
 from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.death_watch import DeathWatch, url_watch
+from bakeoff.serving.death_watch import DeathWatch, ServerDeath, url_watch
 from bakeoff.workloads.plans import RunPlan, designed_reuse, reusable_share
 
 
@@ -195,13 +195,49 @@ def execute_plan(
     ``cache_state``: how the caller already emptied the cache (a server restart); without
     it the cache is reset through the backend's endpoint, where it has one.
     """
+    _clear_run(run_dir)
+    cache = cache_state if cache_state is not None else empty_cache(target)
+    run = _measure(plan, target, run_dir)
+    summary = _summarize_run(plan, target, run, cache, repeat)
+    write_summary(run_dir / SUMMARY, summary)
+    write_json(run_dir / RUN_INFO, _run_info(plan, target, run, cache, summary))
+    if run.interrupted:
+        raise KeyboardInterrupt
+    if run.died is not None:
+        verdict = summary.server_died.model_dump() if summary.server_died else {}
+        raise ServerDiedError(f"{run.died.message(target.settings.base_url)}; results in {run_dir}", verdict)
+    return summary
+
+
+@dataclass
+class _MeasuredRun:
+    """What the measuring phase of one run leaves for its summary and run.json."""
+
+    records: list[RequestRecord]
+    before: Snapshot
+    after: Snapshot
+    series: list[dict[str, float | None]]
+    telemetry_notes: list[str]
+    interrupted: bool
+    died: ServerDeath | None
+    client: ClientLoad | None
+    started: str
+    meter: EnergyMeter | None
+    energy_note: str
+    host_window: dict[str, float | None]
+
+
+def _clear_run(run_dir: Path) -> None:
+    """A re-run replaces the run: its journal must not append to the previous one's."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    # A re-run replaces the run: its journal must not append to the previous one's.
     for name in (RECORDS_JOURNAL, RECORDS_PARQUET, SUMMARY, RUN_INFO, SERIES_FILE):
         (run_dir / name).unlink(missing_ok=True)
+
+
+def _measure(plan: RunPlan, target: RunTarget, run_dir: Path) -> _MeasuredRun:
+    """Drive the plan with the server's counters snapshotted around the measured window and the series sampled."""
     backend = target.backend
     base_url = target.settings.base_url
-    cache = cache_state if cache_state is not None else empty_cache(target)
     snapshots: dict[str, Snapshot] = {}
     probes, telemetry_notes = probes_for(base_url, backend, pid=target.server_pid, headers=target.headers)
     # Energy from cumulative counters, read with the telemetry and cut to the measured window after.
@@ -233,7 +269,6 @@ def execute_plan(
             window = host.stop()
     if series:
         write_series(run_dir / SERIES_FILE, series)
-    before = snapshots.get("before", {})
     died = watch.verdict
     # After Ctrl-C the user wants out: no waiting for the server to drain; a dead one has nothing to say.
     if died is not None or backend is None:
@@ -242,27 +277,47 @@ def execute_plan(
         after = scrape(base_url, backend, headers=target.headers) if interrupted else _snapshot(target)
     records = read_journal(run_dir / RECORDS_JOURNAL)
     write_records(run_dir / RECORDS_PARQUET, records)
-    measured = summarize(records, target.slo, WindowTargets(plan.min_requests, plan.min_duration_s))
-    energy = _energy(meter, energy_note, records, measured)
+    return _MeasuredRun(
+        records=records,
+        before=snapshots.get("before", {}),
+        after=after,
+        series=series,
+        telemetry_notes=telemetry_notes,
+        interrupted=interrupted,
+        died=died,
+        client=spreader.result,
+        started=started,
+        meter=meter,
+        energy_note=energy_note,
+        host_window=window,
+    )
+
+
+def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: CacheReset, repeat: int) -> RunSummary:
+    """The run's summary: its records' figures, what the run was, and what may make it not count."""
+    backend = target.backend
+    measured = summarize(run.records, target.slo, WindowTargets(plan.min_requests, plan.min_duration_s))
+    energy = _energy(run.meter, run.energy_note, run.records, measured)
     finished = dt.datetime.now(dt.UTC).isoformat()
     slo = measured.slo
     if slo is not None and target.slo is not None:
         slo = slo.model_copy(update={"p99_met": run_meets_slo(measured, target.slo)})
     block = None
     if plan.mode == "sessions" or plan.trace:  # a trace's block ids design reuse too
-        counters = prefix_cache_from_counters(before, after, backend) if backend else {}
+        counters = prefix_cache_from_counters(run.before, run.after, backend) if backend else {}
         absent_is_zero = backend is not None and backend.request.reports_cached_tokens
         block = prefix_cache_block(
             plan,
-            records,
+            run.records,
             counters,
             absent_cached_is_zero=absent_is_zero,
             granularity=backend.prefix_cache_granularity if backend else None,
         )
         # False: the reset failed, so hits may include what earlier runs left in the cache.
         block.cache_emptied_before_run = cache.ok
-    drafted = speculative_from_counters(before, after, backend) if backend else None
-    summary = measured.model_copy(
+    drafted = speculative_from_counters(run.before, run.after, backend) if backend else None
+    died = run.died
+    return measured.model_copy(
         update={
             "slo": slo,
             "speculative": Speculative(**drafted) if drafted else None,
@@ -274,60 +329,59 @@ def execute_plan(
                 repeat=repeat,
                 spec=plan.workload,
             ),
-            "interrupted": interrupted,
-            "server_died": None if died is None else ServerDied(**vars(died), requests_not_sent=_unsent(plan, records)),
+            "interrupted": run.interrupted,
+            "server_died": None
+            if died is None
+            else ServerDied(**vars(died), requests_not_sent=_unsent(plan, run.records)),
             # A reference-server stand-in (campaign run --rehearse): never to be read as a measurement.
             "rehearsal": target.server_info.get("kind") == "rehearsal",
             "cache_reset": CacheResetResult(**cache.to_json()),
             "prefix_cache": block,
             "trace": plan.trace or None,
-            "provenance": provenance(target, started, finished),
-            "client": spreader.result,
+            "provenance": provenance(target, run.started, finished),
+            "client": run.client,
             "energy": energy,
-            "host": host_load(window, _mean_cores(series), _client_cores(spreader.result)),
-            "telemetry_series": {SERIES_KEY: SERIES_FILE} if series else {},
+            "host": host_load(run.host_window, _mean_cores(run.series), _client_cores(run.client)),
+            "telemetry_series": {SERIES_KEY: SERIES_FILE} if run.series else {},
         }
     )
-    write_summary(run_dir / SUMMARY, summary)
-    write_json(
-        run_dir / RUN_INFO,
-        {
-            "plan": plan.name,
-            "workload": plan.workload,
-            "server": target.server_info,
-            "client": {
-                "base_url": base_url,
-                "model": target.settings.model,
-                "extra_body": target.settings.extra_body,
-                "request_timeout_s": target.settings.request_timeout_s,
-                "stall_timeout_s": target.settings.stall_timeout_s,
-                "exact_prompt_lengths": target.settings.count_tokens is not None,
-                "min_tokens": target.settings.min_tokens,
-                # Names only: values may hold the API key.
-                "header_names": sorted(target.settings.headers),
-            },
-            "prefix_cache_reset_before_run": cache.ok is True,
-            "cache_reset": cache.to_json(),
-            "machine": origin.machine_info(),
-            "memory_bandwidth": _bandwidth_json(target),
-            "telemetry": {
-                "interval_s": target.telemetry_interval_s,
-                "samples": len(series),
-                "left_out": telemetry_notes,
-            },
-            "versions": origin.versions(backend),
-            "started_at": started,
-            "finished_at": finished,
-            "interrupted": interrupted,
-            "server_died": summary.server_died.model_dump() if summary.server_died else None,
+
+
+def _run_info(
+    plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: CacheReset, summary: RunSummary
+) -> dict[str, Any]:
+    """run.json: how the run was made (client settings, machine, versions), beside its summary."""
+    settings = target.settings
+    return {
+        "plan": plan.name,
+        "workload": plan.workload,
+        "server": target.server_info,
+        "client": {
+            "base_url": settings.base_url,
+            "model": settings.model,
+            "extra_body": settings.extra_body,
+            "request_timeout_s": settings.request_timeout_s,
+            "stall_timeout_s": settings.stall_timeout_s,
+            "exact_prompt_lengths": settings.count_tokens is not None,
+            "min_tokens": settings.min_tokens,
+            # Names only: values may hold the API key.
+            "header_names": sorted(settings.headers),
         },
-    )
-    if interrupted:
-        raise KeyboardInterrupt
-    if died is not None:
-        verdict = summary.server_died.model_dump() if summary.server_died else {}
-        raise ServerDiedError(f"{died.message(base_url)}; results in {run_dir}", verdict)
-    return summary
+        "prefix_cache_reset_before_run": cache.ok is True,
+        "cache_reset": cache.to_json(),
+        "machine": origin.machine_info(),
+        "memory_bandwidth": _bandwidth_json(target),
+        "telemetry": {
+            "interval_s": target.telemetry_interval_s,
+            "samples": len(run.series),
+            "left_out": run.telemetry_notes,
+        },
+        "versions": origin.versions(target.backend),
+        "started_at": run.started,
+        "finished_at": summary.provenance.finished_at,
+        "interrupted": run.interrupted,
+        "server_died": summary.server_died.model_dump() if summary.server_died else None,
+    }
 
 
 def _energy(meter: EnergyMeter | None, note: str, records: list[RequestRecord], measured: RunSummary) -> Energy:

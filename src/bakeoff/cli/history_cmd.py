@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bakeoff.console import text_table
 from bakeoff.history import archive, baseline
@@ -24,7 +23,7 @@ from bakeoff.results.store import write_json
 HISTORY_DIR_HELP = "where archives and the index live (default: $BAKEOFF_HISTORY, else reports/.history)"
 
 
-def add_history_commands(sub: Any) -> None:
+def add_history_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     history = sub.add_parser("history", help="list archived runs, or query the history index with SQL")
     history.add_argument("--campaign", help="only this campaign (default: every campaign)")
     history.add_argument("--server", help="only this server label (default: every server)")

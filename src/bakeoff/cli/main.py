@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TypeAlias
 
 from bakeoff.analysis.advisor import advise, write_campaign
 from bakeoff.campaign import recurring
@@ -60,12 +61,26 @@ Errors end as one line on stderr with exit status 2, before any server starts.""
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bakeoff", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_options(
+        sub.add_parser("serve", help="start one backend as a campaign would, in the foreground, for bench")
+    )
+    add_bench_options(sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server"))
+    _add_model_commands(sub)
+    _add_campaign_commands(sub)
+    _add_schedule_commands(sub)
+    _add_backends_commands(sub)
+    _add_report_commands(sub)
+    trace_cmd.add_trace_commands(sub)
+    history_cmd.add_history_commands(sub)
+    _plain_help(parser)
+    return parser
 
-    serve = sub.add_parser("serve", help="start one backend as a campaign would, in the foreground, for bench")
-    add_serve_options(serve)
-    bench = sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server")
-    add_bench_options(bench)
 
+# What add_subparsers returns (a string: the class is generic only to the type checker).
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_model_commands(sub: Subcommands) -> None:
     model = sub.add_parser("model", help="generate the local model")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     make = model_sub.add_parser(
@@ -75,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokenizer corpus")
     make.add_argument("out_dir", nargs="?", type=Path, help="default: models/PRESET")
 
+
+def _add_campaign_commands(sub: Subcommands) -> None:
     campaign = sub.add_parser("campaign", help="validate or run a campaign")
     camp_sub = campaign.add_subparsers(dest="campaign_command", required=True)
     validate = camp_sub.add_parser("validate", help="check a campaign without running it")
@@ -117,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         "default: the --out folder",
     )
 
+
+def _add_schedule_commands(sub: Subcommands) -> None:
     schedule = sub.add_parser("schedule", help="print ready-to-use schedules for re-running a campaign")
     sched_sub = schedule.add_subparsers(dest="schedule_command", required=True)
     sched = sched_sub.add_parser(
@@ -139,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="write the files under this folder instead of printing them (default: print)"
     )
 
+
+def _add_backends_commands(sub: Subcommands) -> None:
     back = sub.add_parser("backends", help="list backends or show a rendered launch")
     back_sub = back.add_subparsers(dest="backends_command", required=True)
     back_sub.add_parser("list", help="list backend specs")
@@ -160,15 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite this backend's section of a pinned defaults table (YAML) from the wheel",
     )
 
+
+def _add_report_commands(sub: Subcommands) -> None:
+    """``report`` and ``advise``: both read a campaign folder that ``campaign run`` wrote."""
     report = sub.add_parser("report", help="render a campaign's report again from its saved results (no measuring)")
     report.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
     advise = sub.add_parser("advise", help="the next knob to turn, from a campaign's diagnosis, as a campaign to run")
     advise.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
     advise.add_argument("--out", type=Path, help="the campaign file to write (default: CAMPAIGN_DIR/advice.yaml)")
-    trace_cmd.add_trace_commands(sub)
-    history_cmd.add_history_commands(sub)
-    _plain_help(parser)
-    return parser
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):

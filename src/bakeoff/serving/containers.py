@@ -28,7 +28,7 @@ from pathlib import Path
 from bakeoff.errors import LaunchError
 from bakeoff.models.model_source import ContainerModel
 from bakeoff.results.store import atomic_write_bytes
-from bakeoff.serving.backends import DRAFT_MOUNT, BackendSpec, KnobValue
+from bakeoff.serving.backends import DRAFT_MOUNT, BackendSpec, ContainerSpec, KnobValue
 from bakeoff.serving.container_runtime import find_runtime, runtime_cli, runtime_command
 from bakeoff.serving.images import ensure_image
 from bakeoff.serving.knobs import draft_model_knob
@@ -239,26 +239,10 @@ def run_container(
     ``model`` serves a Hugging Face id instead of ``model_dir`` (see
     :func:`container_run_args`); ``headers`` (the API key) go with every health probe.
     """
-    spec = launch.backend.container
-    if spec is None:
-        raise LaunchError(f"backend {launch.backend.name!r} has no 'container' section")
-    runtime = runtime or find_runtime()
-    if port_in_use(port):
-        raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
-    if model is None and (model_dir is None or not Path(model_dir).is_dir()):
-        raise LaunchError(f"model folder {model_dir} does not exist")
-    for folder in model.writable_dirs() if model is not None else []:
-        folder.mkdir(parents=True, exist_ok=True)  # podman refuses to mount a missing folder
+    spec, runtime = _preflight(launch, runtime, port, model_dir, model)
     info = ensure_image(runtime, spec.image, build=spec.build)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "server.log"
-    config_path = None
-    if launch.config_text is not None and launch.backend.config_file is not None:
-        config_path = run_dir / launch.backend.config_file.filename
-        config_path.write_text(launch.config_text)
+    log_path, config_path = _prepare_run_dir(launch, run_dir)
     name = f"bakeoff-{launch.backend.name}-{port}-{uuid.uuid4().hex[:8]}"
-    # Written before the container exists: a bakeoff killed from here on leaves its name behind.
-    atomic_write_bytes(run_dir / CONTAINER_FILE, f"{runtime} {name}\n".encode())
     args = container_run_args(
         launch,
         runtime=runtime,
@@ -269,36 +253,14 @@ def run_container(
         model=model,
         draft_dir=draft_dir,
     )
-    command_line = shlex.join([*runtime_command(runtime), *args])
-    with open(log_path, "ab") as log:
-        log.write(f"$ {command_line}\n".encode())
+    command_line = _record_launch(run_dir, log_path, runtime, name, args)
     follower: _LogFollower | None = None
     started = time.monotonic()
     try:
-        proc = runtime_cli(runtime, *args, timeout_s=300)
-        if proc.returncode != 0:
-            detail = proc.stderr.strip() or proc.stdout.strip()
-            raise LaunchError(f"{runtime} could not start {spec.image}: {detail}")
-        container_id = (proc.stdout.split() or [name])[-1][:12]
+        container_id = _start_detached(runtime, args, name, spec.image)
         follower = _LogFollower(runtime, container_id, log_path)
-
-        def still_running() -> bool:
-            if container_running(runtime, container_id):
-                return True
-            # Let the follower write the last lines before wait_ready quotes the tail.
-            if follower is not None:
-                follower.drain()
-            return False
-
-        wait_ready(
-            f"http://127.0.0.1:{port}{launch.backend.health.path}",
-            timeout_s=launch.backend.health.timeout_s,
-            interval_s=launch.backend.health.interval_s,
-            still_running=still_running,
-            log_path=log_path,
-            what=f"{launch.backend.name} (container {container_id}, image {spec.image})",
-            headers=headers,
-        )
+        what = f"container {container_id}, image {spec.image}"
+        _wait_container_ready(launch, port, runtime, container_id, what, follower, log_path, headers)
         yield ServerHandle(
             base_url=f"http://127.0.0.1:{port}",
             model=served_model_name,
@@ -317,3 +279,79 @@ def run_container(
         (run_dir / CONTAINER_FILE).unlink(missing_ok=True)
         if follower is not None:
             follower.stop()
+
+
+def _preflight(
+    launch: RenderedLaunch, runtime: str | None, port: int, model_dir: Path | None, model: ContainerModel | None
+) -> tuple[ContainerSpec, str]:
+    """What must hold before an image is pulled: a container section, a runtime, a free port, the model."""
+    spec = launch.backend.container
+    if spec is None:
+        raise LaunchError(f"backend {launch.backend.name!r} has no 'container' section")
+    runtime = runtime or find_runtime()
+    if port_in_use(port):
+        raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
+    if model is None and (model_dir is None or not Path(model_dir).is_dir()):
+        raise LaunchError(f"model folder {model_dir} does not exist")
+    for folder in model.writable_dirs() if model is not None else []:
+        folder.mkdir(parents=True, exist_ok=True)  # podman refuses to mount a missing folder
+    return spec, runtime
+
+
+def _prepare_run_dir(launch: RenderedLaunch, run_dir: Path) -> tuple[Path, Path | None]:
+    """The server log's path and the rendered config file (written), if the backend takes one."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = None
+    if launch.config_text is not None and launch.backend.config_file is not None:
+        config_path = run_dir / launch.backend.config_file.filename
+        config_path.write_text(launch.config_text)
+    return run_dir / "server.log", config_path
+
+
+def _record_launch(run_dir: Path, log_path: Path, runtime: str, name: str, args: list[str]) -> str:
+    """Leave the container's name for a reaper and its command line in the log; the command line."""
+    # Written before the container exists: a bakeoff killed from here on leaves its name behind.
+    atomic_write_bytes(run_dir / CONTAINER_FILE, f"{runtime} {name}\n".encode())
+    command_line = shlex.join([*runtime_command(runtime), *args])
+    with open(log_path, "ab") as log:
+        log.write(f"$ {command_line}\n".encode())
+    return command_line
+
+
+def _start_detached(runtime: str, args: list[str], name: str, image: str) -> str:
+    """``run -d`` the container; its short ID."""
+    proc = runtime_cli(runtime, *args, timeout_s=300)
+    if proc.returncode != 0:
+        detail = proc.stderr.strip() or proc.stdout.strip()
+        raise LaunchError(f"{runtime} could not start {image}: {detail}")
+    return (proc.stdout.split() or [name])[-1][:12]
+
+
+def _wait_container_ready(
+    launch: RenderedLaunch,
+    port: int,
+    runtime: str,
+    container_id: str,
+    what: str,
+    follower: _LogFollower,
+    log_path: Path,
+    headers: Mapping[str, str] | None,
+) -> None:
+    """Probe the health endpoint until it answers; a stopped container ends the wait with its log's tail."""
+
+    def still_running() -> bool:
+        if container_running(runtime, container_id):
+            return True
+        # Let the follower write the last lines before wait_ready quotes the tail.
+        follower.drain()
+        return False
+
+    wait_ready(
+        f"http://127.0.0.1:{port}{launch.backend.health.path}",
+        timeout_s=launch.backend.health.timeout_s,
+        interval_s=launch.backend.health.interval_s,
+        still_running=still_running,
+        log_path=log_path,
+        what=f"{launch.backend.name} ({what})",
+        headers=headers,
+    )
