@@ -25,8 +25,8 @@ from bakeoff.serving.gpu_checks import (
     check_cuda_compat,
     checkpoint_kv_dtype,
     parse_cuda_version,
-    query_nvidia_smi,
 )
+from bakeoff.serving.gpus import query_nvidia_smi
 from bakeoff.serving.launch_render import render_launch
 
 REPO = BACKENDS_DIR.parent

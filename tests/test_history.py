@@ -26,6 +26,7 @@ from bakeoff.history import archive
 from bakeoff.history import index as history
 from bakeoff.observe import origin
 from bakeoff.serving.backends import BackendSpec
+from bakeoff.serving.gpus import gpus
 from history_planted import T0, campaign_folder, repeats
 
 
@@ -163,11 +164,11 @@ def test_gpu_type_count_and_driver_come_from_nvidia_smi(tmp_path: Path, monkeypa
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    origin.gpus.cache_clear()
+    gpus.cache_clear()
     try:
         facts = origin.hardware()
     finally:
-        origin.gpus.cache_clear()
+        gpus.cache_clear()
     assert (facts["gpu"], facts["gpu_count"], facts["gpu_driver"]) == ("NVIDIA H200", 2, "570.86")
     assert origin.describe(facts) == "2x NVIDIA H200 (driver 570.86)"
 

@@ -168,17 +168,17 @@ def _saved_campaign(root: Path, runs: list[str]) -> Path:
 
 
 def test_bench_notebook_parameters_say_what_to_set(tmp_path: Path) -> None:
-    verdict = bench_ready("", "", "", measure=False)
-    assert not verdict.ready and "Set `campaign_dir`" in verdict.message
+    guard = bench_ready("", "", "", measure=False)
+    assert not guard.ready and "Set `campaign_dir`" in guard.message
     assert "not a campaign folder" in bench_ready(str(tmp_path), "a", "b", measure=False).message
     campaign = _saved_campaign(tmp_path / "c", ["c2", "c4"])
-    verdict = bench_ready(str(campaign), "", "", measure=False)
-    assert not verdict.ready and "`server_label = 'ref'`, `workload_name = 'w'`" in verdict.message
-    verdict = bench_ready(str(campaign), "ref", "other", measure=False)
-    assert not verdict.ready and "No saved runs for cell `ref__other`" in verdict.message
-    assert "set `measure = True`" in verdict.message
-    verdict = bench_ready(str(campaign), "ref", "w", measure=False)
-    assert verdict.ready and "2 saved run(s)" in verdict.message and "nothing is re-measured" in verdict.message
+    guard = bench_ready(str(campaign), "", "", measure=False)
+    assert not guard.ready and "`server_label = 'ref'`, `workload_name = 'w'`" in guard.message
+    guard = bench_ready(str(campaign), "ref", "other", measure=False)
+    assert not guard.ready and "No saved runs for cell `ref__other`" in guard.message
+    assert "set `measure = True`" in guard.message
+    guard = bench_ready(str(campaign), "ref", "w", measure=False)
+    assert guard.ready and "2 saved run(s)" in guard.message and "nothing is re-measured" in guard.message
     assert bench_ready(str(campaign), "ref", "other", measure=True).ready
 
 

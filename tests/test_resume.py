@@ -289,16 +289,16 @@ def test_cell_states_follow_status_fingerprint_and_runs(tmp_path: Path) -> None:
     expected = finished_cell(cell, plans, {"bakeoff": "1.0"})
     assert cell_state(cell, expected).state == "complete"
     newer = fingerprint(plans, {"backend": "x", "knobs": {"max_num_seqs": 4}}, {"name": "x"}, {"bakeoff": "1.1"})
-    verdict = cell_state(cell, newer)
-    assert verdict.state == "changed" and "versions.bakeoff" in verdict.reason
+    prior = cell_state(cell, newer)
+    assert prior.state == "changed" and "versions.bakeoff" in prior.reason
     write_json(plans / "c1.json", {"requests": [1, 2, 3]})
     assert differences(expected, fingerprint(plans, {"backend": "x", "knobs": {"max_num_seqs": 4}},
                                              {"name": "x"}, {"bakeoff": "1.0"})) == ["plan_hash"]  # fmt: skip
     write_json(cell / "cell.json", {"status": "running", "started_at": "T0"})
     assert cell_state(cell, expected).state == "interrupted"
     write_json(cell / "cell.json", {"status": "failed", "server_died": {"how": "process exited"}})
-    verdict = cell_state(cell, expected)
-    assert verdict.state == "failed" and "server died" in verdict.reason
+    prior = cell_state(cell, expected)
+    assert prior.state == "failed" and "server died" in prior.reason
 
 
 def test_archiving_an_attempt_moves_everything_and_counts_its_finished_requests(tmp_path: Path) -> None:

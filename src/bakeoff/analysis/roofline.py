@@ -38,9 +38,9 @@ from typing import Any, Literal
 import numpy as np
 
 from bakeoff.errors import SpecError
-from bakeoff.observe.hoststats import gpu_names as nvml_names
 from bakeoff.paths import user_cache_dir
 from bakeoff.results.store import atomic_write_bytes
+from bakeoff.serving.gpus import gpu_names as nvml_names
 
 ENV = "BAKEOFF_MEMORY_BANDWIDTH_GBS"
 CACHE_FILE = "memory_bandwidth.json"

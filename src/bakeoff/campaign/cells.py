@@ -25,7 +25,6 @@ from bakeoff.errors import KnobError, SpecError
 from bakeoff.measure.auth import request_headers
 from bakeoff.models.model_source import resolve_model
 from bakeoff.models.presets import resolve_model_dir
-from bakeoff.observe.origin import gpu_available
 from bakeoff.observe.telemetry import has_prefix_cache_counters
 from bakeoff.results.layout import CAMPAIGN_COPY, REHEARSAL_MARKER, cell_folder_name
 from bakeoff.results.store import atomic_write_bytes
@@ -39,6 +38,7 @@ from bakeoff.serving.gpu_checks import (
     check_model_dtype,
     effective_kv_dtype,
 )
+from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.images import image_with_tag
 from bakeoff.serving.knobs import apply_pins
 from bakeoff.serving.launch_render import render_launch

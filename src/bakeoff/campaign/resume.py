@@ -95,33 +95,33 @@ def differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ResumeState:
     """A cell's state in the campaign folder, and why (for the console and ``cell.json``)."""
 
     state: CellState
     reason: str
 
 
-def cell_state(cell_dir: Path, expected: dict[str, Any]) -> Verdict:
+def cell_state(cell_dir: Path, expected: dict[str, Any]) -> ResumeState:
     """Decide whether ``cell_dir`` holds a finished measurement made under ``expected``."""
     info_path = cell_dir / CELL_INFO
     if not info_path.is_file():
-        return Verdict("new", "not measured yet")
+        return ResumeState("new", "not measured yet")
     info = read_json(info_path)
     status = info.get("status")
     if status in ("running", "interrupted"):
         when = info.get("started_at", "an earlier run")
-        return Verdict("interrupted", f"interrupted mid-cell (attempt started {when})")
+        return ResumeState("interrupted", f"interrupted mid-cell (attempt started {when})")
     if status != "ok":
         cause = "its server died mid-run" if info.get("server_died") else str(info.get("error", "")).split("\n")[0]
-        return Verdict("failed", f"failed in an earlier run: {cause[:200]}")
+        return ResumeState("failed", f"failed in an earlier run: {cause[:200]}")
     changed = differences(info.get("fingerprint") or {}, expected)
     if changed:
-        return Verdict("changed", f"measured with other {', '.join(changed[:4])}")
+        return ResumeState("changed", f"measured with other {', '.join(changed[:4])}")
     summaries = list((cell_dir / "runs").glob(f"*/{SUMMARY}"))
     if not summaries or any(read_json(p).get("interrupted") for p in summaries):
-        return Verdict("interrupted", "a run of it was cut short")
-    return Verdict("complete", "already measured (same plans, knobs and versions)")
+        return ResumeState("interrupted", "a run of it was cut short")
+    return ResumeState("complete", "already measured (same plans, knobs and versions)")
 
 
 def archive_attempt(cell_dir: Path, reason: str) -> Path | None:

@@ -29,12 +29,12 @@ from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.models.presets import COMPANIONS, PRESET_NAMES, make_preset, preset_is_ready
-from bakeoff.observe.origin import gpu_available
 from bakeoff.paths import campaign_file, models_dir
 from bakeoff.results.layout import CAMPAIGN_COPY
 from bakeoff.results.store import SUMMARY
 from bakeoff.serving import backends
 from bakeoff.serving.audit import audit
+from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.knobs import parse_knob_args
 from bakeoff.serving.show_launch import describe_launch
 

@@ -44,10 +44,10 @@ from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
-from bakeoff.observe.origin import gpus
 from bakeoff.paths import reports_dir
 from bakeoff.results.layout import REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
+from bakeoff.serving.gpus import gpus
 from bakeoff.serving.process import PID_FILE, reap_leftovers
 
 INSTALL_HINT = "pip install 'bakeoff[ray]' (pins: pip install -c constraints.txt 'bakeoff[ray]')"
@@ -272,12 +272,12 @@ def run_cells_on_ray(
     try:
         for cell in cells:
             cell_dir = out / "cells" / cell.cell_id
-            verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
-            if verdict.state == "complete":
-                print(f"{cell.cell_id}: {verdict.reason}; skipped", flush=True)
+            prior = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
+            if prior.state == "complete":
+                print(f"{cell.cell_id}: {prior.reason}; skipped", flush=True)
                 continue
-            if verdict.state != "new":
-                resume.archive_attempt(cell_dir, verdict.reason)
+            if prior.state != "new":
+                resume.archive_attempt(cell_dir, prior.reason)
             (cell_dir / TRIES).unlink(missing_ok=True)  # a fresh submission: earlier tries are not its retries
             results.delete(f"cells/{cell.cell_id}")
             results.push(cell_dir, f"cells/{cell.cell_id}")

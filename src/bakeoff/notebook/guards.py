@@ -17,7 +17,7 @@ from bakeoff.results.store import SUMMARY
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GuardResult:
     """Whether the notebook goes on, and what it tells the reader either way."""
 
     ready: bool
@@ -43,13 +43,13 @@ def _choices(campaign: Path) -> str:
     return f"Its cells:\n{listed}"
 
 
-def _campaign_folder(campaign_dir: str, unset: str) -> Path | Verdict:
-    """The campaign folder a notebook parameter names, or the verdict saying what to set."""
+def _campaign_folder(campaign_dir: str, unset: str) -> Path | GuardResult:
+    """The campaign folder a notebook parameter names, or the result saying what to set."""
     if not campaign_dir:
-        return Verdict(False, unset)
+        return GuardResult(False, unset)
     campaign = Path(campaign_dir).expanduser().resolve()
     if not (campaign / CAMPAIGN_COPY).is_file():
-        return Verdict(
+        return GuardResult(
             False,
             f"**`campaign_dir` = `{campaign}` is not a campaign folder** (no `{CAMPAIGN_COPY}` in it). "
             "Point it at `reports/NAME` as written by `bakeoff campaign run`.",
@@ -57,7 +57,9 @@ def _campaign_folder(campaign_dir: str, unset: str) -> Path | Verdict:
     return campaign
 
 
-def bench_ready(campaign_dir: str, server_label: str, workload_name: str, *, measure: bool, repeat: int = 1) -> Verdict:
+def bench_ready(
+    campaign_dir: str, server_label: str, workload_name: str, *, measure: bool, repeat: int = 1
+) -> GuardResult:
     """Check bench.ipynb's parameters against the campaign folder; never starts anything."""
     campaign = _campaign_folder(
         campaign_dir,
@@ -66,30 +68,30 @@ def bench_ready(campaign_dir: str, server_label: str, workload_name: str, *, mea
         "to one of its cells, then run the notebook again. It shows that cell's saved runs; "
         "`measure = True` re-measures the cell instead (launches its server, replaces its runs).",
     )
-    if isinstance(campaign, Verdict):
+    if isinstance(campaign, GuardResult):
         return campaign
     if not server_label or not workload_name:
-        return Verdict(
+        return GuardResult(
             False, f"**Set `server_label` and `workload_name`** to one cell of `{campaign}`. " + _choices(campaign)
         )
     cell_id = cell_folder_name(server_label, workload_name, repeat)
     if measure:
-        return Verdict(True, f"Measuring cell `{cell_id}`: its server is launched and its runs are replaced.")
+        return GuardResult(True, f"Measuring cell `{cell_id}`: its server is launched and its runs are replaced.")
     runs = _saved_runs(campaign / "cells" / cell_id)
     if not runs:
-        return Verdict(
+        return GuardResult(
             False,
             f"**No saved runs for cell `{cell_id}`** in `{campaign}`. {_choices(campaign)}\n\n"
             "To measure it here, set `measure = True` (launches the server; a campaign run does this).",
         )
-    return Verdict(
+    return GuardResult(
         True,
         f"Showing the {len(runs)} saved run(s) of cell `{cell_id}`; nothing is re-measured "
         "(set `measure = True` to launch the server and replace them).",
     )
 
 
-def compare_ready(campaign_dir: str) -> Verdict:
+def compare_ready(campaign_dir: str) -> GuardResult:
     """Check compare.ipynb's one parameter: a campaign folder with at least one saved run."""
     campaign = _campaign_folder(
         campaign_dir,
@@ -97,11 +99,11 @@ def compare_ready(campaign_dir: str) -> Verdict:
         "(`reports/NAME`, written by `bakeoff campaign run`) and run the notebook again; "
         "`bakeoff report reports/NAME` renders the same comparison to HTML.",
     )
-    if isinstance(campaign, Verdict):
+    if isinstance(campaign, GuardResult):
         return campaign
     if not any(_saved_runs(campaign / "cells" / cell) for cell in _cells(campaign)):
-        return Verdict(False, f"**No saved runs in `{campaign}` yet.** Run `bakeoff campaign run` for it first.")
-    return Verdict(True, "")
+        return GuardResult(False, f"**No saved runs in `{campaign}` yet.** Run `bakeoff campaign run` for it first.")
+    return GuardResult(True, "")
 
 
 class NotebookStop(Exception):
@@ -111,11 +113,11 @@ class NotebookStop(Exception):
         return []
 
 
-def stop_unless(verdict: Verdict) -> None:
-    """Show the verdict's message and stop the notebook (Run All too) when it is not ready."""
+def stop_unless(guard: GuardResult) -> None:
+    """Show the guard's message and stop the notebook (Run All too) when it is not ready."""
     from IPython.display import Markdown, display  # deferred: IPython is there only inside a notebook kernel
 
-    if verdict.message:
-        display(Markdown(verdict.message))  # type: ignore[no-untyped-call]
-    if not verdict.ready:
-        raise NotebookStop(verdict.message)
+    if guard.message:
+        display(Markdown(guard.message))  # type: ignore[no-untyped-call]
+    if not guard.ready:
+        raise NotebookStop(guard.message)

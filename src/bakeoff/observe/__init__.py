@@ -1,7 +1,8 @@
 """What server and host report during a run, and what produced the run.
 
 Owns Prometheus scrapes and cache control (:mod:`.telemetry`), the once-a-second series
-(:mod:`.telemetry_series`), host process and GPU probes (:mod:`.hoststats`) and a run's
-origin: versions, machine, git revision (:mod:`.origin`).
+(:mod:`.telemetry_series`), the host's process probe (:mod:`.hoststats`; the GPUs are asked
+through :mod:`bakeoff.serving.gpus`) and a run's origin: versions, machine, git revision
+(:mod:`.origin`).
 May import: ``serving`` and everything below it.
 """

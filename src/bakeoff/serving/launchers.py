@@ -38,7 +38,8 @@ from bakeoff.serving.container_runtime import runtime_command, shell_words, show
 from bakeoff.serving.containers import container_run_args, render_container_launch, run_container
 from bakeoff.serving.engine_build import build_engine
 from bakeoff.serving.engine_env import interpreter
-from bakeoff.serving.gpu_checks import check_cuda_compat, query_nvidia_smi
+from bakeoff.serving.gpu_checks import check_cuda_compat
+from bakeoff.serving.gpus import query_nvidia_smi
 from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, free_port, run_local_process
