@@ -146,6 +146,12 @@ def test_every_knob_default_is_a_value_it_accepts(name: str, knob: str) -> None:
     spec = backend.knobs[knob]
     if spec.default is not None:
         assert check_knob(backend, knob, spec.default) == spec.default
+    else:
+        # No default of its own (the framework decides): one that is always rendered would render "None".
+        assert not spec.always_set
+    # Any other valid value comes back as the knob's declared type.
+    accepted = check_knob(backend, knob, _sample(spec))
+    assert type(accepted) is {"int": int, "float": float, "bool": bool, "str": str}[spec.type]
     assert spec.note == "" or spec.note.strip() == spec.note
 
 
@@ -239,10 +245,12 @@ def test_a_fill_knob_lands_inside_the_knob_it_fills(name: str, knob: str) -> Non
 
 
 @pytest.mark.parametrize(("name", "knob"), _all_knobs())
-def test_an_unset_knob_renders_nothing_unless_always_set(name: str, knob: str) -> None:
+def test_an_unset_knob_adds_nothing_beyond_the_backends_own_launch(name: str, knob: str) -> None:
+    """Left unset, a knob renders nothing of its own (unless always_set); each kind of target has its check."""
     backend = load_backend(name)
     spec = backend.knobs[knob]
     launch = _render(backend)
+    steps = render_engine_build(backend, {}, **ENGINE_DIRS) if backend.engine_build is not None else []
     if spec.always_set:
         default = _text(spec.default)
         if spec.config_key:
@@ -251,17 +259,36 @@ def test_an_unset_knob_renders_nothing_unless_always_set(name: str, knob: str) -
             assert _contains(launch.argv, [spec.flag, default])
         else:
             assert spec.build_step is not None and spec.build_flag is not None
-            steps = render_engine_build(backend, {}, **ENGINE_DIRS)
             assert _contains(steps[spec.build_step], [spec.build_flag, default])
     elif spec.fills:
         assert "{" not in launch.command_line
+    elif spec.true_flag or spec.false_flag:
+        for flag in (spec.true_flag, spec.false_flag):
+            if flag:
+                assert not _contains(launch.argv, shlex.split(flag)), f"{flag} rendered with {knob} unset"
     elif spec.flag:
         assert spec.flag not in launch.argv or spec.flag in backend.command
-    elif spec.config_key and launch.config_text is not None:
+    elif spec.env:
+        # Only the backend's own environment may set it, and then to the default the knob declares
+        # (vllm-cpu's VLLM_CPU_KVCACHE_SPACE=4): what `backends show` says is what the server gets.
+        assert launch.env.get(spec.env) == backend.env.get(spec.env)
+        if spec.env in backend.env:
+            assert backend.env[spec.env] == _text(spec.default)
+    elif spec.config_key:
         base = backend.config_file.base if backend.config_file else {}
         with pytest.raises(KeyError):
-            _dotted(_config(launch), spec.config_key)
+            _dotted(_config(launch) if launch.config_text is not None else {}, spec.config_key)
         assert spec.config_key.split(".")[0] not in base
+    elif spec.build_step is not None:
+        # A build-only knob (the engine flow's quantization): none of its values in the build step.
+        step = steps[spec.build_step]
+        if spec.build_flag:
+            assert spec.build_flag not in step
+        natives = [_filled(n) for n in spec.value_map.values() if n is not None]
+        assert natives or spec.build_flag, f"{knob}: a build knob with neither a flag nor mapped values"
+        assert not any(_contains(step, _words(spec.build_flag, n)) for n in natives)
+    else:
+        pytest.fail(f"{name}.{knob}: a knob target this test has no check for; add a branch")
 
 
 # --- vLLM, flag by flag ----------------------------------------------------------------
@@ -323,13 +350,13 @@ def test_vllm_speculative_renders_compact_json_with_the_draft_mount() -> None:
     assert "--speculative-config" not in argv and "--quantization" not in argv
 
 
-def test_vllm_reset_and_metrics() -> None:
-    backend = load_backend("vllm")
-    assert backend.cache_reset.kind == "http" and backend.cache_reset.path == "/reset_prefix_cache"
-    assert backend.cache_reset.env == {"VLLM_SERVER_DEV_MODE": "1"}
-    assert backend.metrics.names["prefix_cache_hits"] == "vllm:prefix_cache_hits_total"
-    assert backend.metrics.names["prefix_cache_queries"] == "vllm:prefix_cache_queries_total"
-    assert backend.request.reports_cached_tokens
+@pytest.mark.parametrize("name", list_backends())
+def test_the_environment_a_reset_endpoint_needs_is_in_every_launch(name: str) -> None:
+    """vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1: without it every reset is a 404."""
+    backend = load_backend(name)
+    needed = backend.cache_reset.env
+    assert not needed or backend.cache_reset.kind == "http"
+    assert needed.items() <= _render(backend).env.items()
 
 
 # --- SGLang ----------------------------------------------------------------------------
@@ -393,13 +420,6 @@ def test_sglang_speculative_renders_the_algorithm_and_its_flags() -> None:
         KnobError, match=r"cannot take 'ngram': SGLang's NGRAM \(0.5.18 and 0.5.23\) drafts a token tree"
     ):
         _render("sglang", {"speculative": "ngram"})
-
-
-def test_sglang_reset_and_metrics() -> None:
-    backend = load_backend("sglang")
-    assert (backend.cache_reset.kind, backend.cache_reset.path) == ("http", "/flush_cache")
-    assert backend.metrics.names["cache_hit_rate"] == "sglang:cache_hit_rate"
-    assert backend.request.reports_cached_tokens
 
 
 # --- TensorRT-LLM, PyTorch flow --------------------------------------------------------
@@ -468,17 +488,6 @@ def test_trtllm_ngram_and_no_speculation() -> None:
         "max_matching_ngram_size": 3,
     }
     assert "speculative_config" not in _config(_render("trtllm", {"speculative": "none"}))
-
-
-def test_trtllm_quirks_metrics_and_reset() -> None:
-    backend = load_backend("trtllm")
-    assert backend.request.rejects_unknown_fields
-    assert backend.cache_reset.kind == "restart"
-    assert backend.metrics.path == "/prometheus/metrics"
-    stats = backend.metrics.iteration_stats
-    assert stats is not None and stats.path == "/metrics" and stats.draining
-    assert stats.fields["kv_cache_stats"] == "kvCacheStats"
-    assert backend.knobs["gpu_memory_utilization"].note.startswith("fraction of the GPU memory still FREE")
 
 
 def test_trtllm_refuses_quantization_saying_why() -> None:
