@@ -100,13 +100,21 @@ def median(values: list[float | None]) -> float:
 # --- timing -----------------------------------------------------------------------------
 
 
-@pytest.mark.precision
-def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
+def measure_schedule(url: str) -> tuple[list[RequestRecord], float]:
+    """Eight measured requests four at a time after a warm-up, and how late the server ran meanwhile."""
     # The first requests of a fresh server pay for accepts and cold code; warm up as runs do.
     warmup = planned(4, max_tokens=2, first_id=-4)
-    before = server_counters(ref_url)
-    records = run(settings(ref_url), warmup + planned(8, max_tokens=16), concurrency=4)[len(warmup) :]
-    late_ms = mean_lateness_ms(before, server_counters(ref_url))
+    before = server_counters(url)
+    records = run(settings(url), warmup + planned(8, max_tokens=16), concurrency=4)[len(warmup) :]
+    return records, mean_lateness_ms(before, server_counters(url))
+
+
+@pytest.mark.precision
+def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
+    records, late_ms = measure_schedule(ref_url)
+    if late_ms > 0.5:
+        # A busy moment (the server missed its own schedule; so would any client): once more, then it counts.
+        records, late_ms = measure_schedule(ref_url)
     assert all(r.ok for r in records), [r.error for r in records]
     ttfts = sorted(v for r in records if (v := ttft_ms(r)) is not None)
     tpots = [t for r in records if (t := tpot_ms(r)) is not None]
@@ -115,15 +123,14 @@ def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
     assert statistics.median(ttfts) == pytest.approx(TTFT_MS, abs=10.0)
     assert all(r.completion_tokens == 16 and r.usage_source == "server" for r in records)
     assert all(len(r.chunk_ns) == 16 and r.finish_reason == "length" for r in records)
-    if late_ms > 0.5:
-        # On a saturated machine the server misses its own schedule; so would any client.
-        pytest.skip(f"machine too busy to check 2 ms precision: the server ran {late_ms:.1f} ms late")
+    assert late_ms <= 0.5, f"the reference server ran {late_ms:.1f} ms late twice: run the precision tests alone"
     # Busy moments only ever add delay: the systematic error shows in the quickest requests
     # (the second quickest of eight here), the noise in the median.
     assert ttfts[1] == pytest.approx(TTFT_MS, abs=2.0)
     assert sorted(map(e2e_ms, records))[1] == pytest.approx(TTFT_MS + 15 * ITL_MS, abs=3.0)
 
 
+@pytest.mark.precision
 def test_role_only_first_chunk_is_not_the_first_token(ref_url: str) -> None:
     record = one(settings(ref_url, {"role_chunk": True}), endpoint="chat")
     assert record.ok
@@ -285,14 +292,19 @@ def test_reference_options_are_checked(ref_url: str) -> None:
 
 def test_header_override_and_a_non_streaming_answer(ref_url: str) -> None:
     body = orjson.dumps({"model": MODEL, "prompt": "a b c", "max_tokens": 5})
-    headers = {"Content-Type": "application/json", "x-bakeoff-ref": '{"ttft_ms": 1, "itl_ms": 1}'}
+    # The header's options replace the server's: a 1 ms schedule, and an end of sequence after 3 tokens.
+    override = '{"ttft_ms": 1, "itl_ms": 1, "eos_after": 3}'
+    headers = {"Content-Type": "application/json", "x-bakeoff-ref": override}
     request = urllib.request.Request(ref_url + "/v1/completions", data=body, headers=headers)
-    started = time.monotonic()
     with urllib.request.urlopen(request) as resp:
         answer = orjson.loads(resp.read())
-    assert time.monotonic() - started < TTFT_MS / 1e3  # the header's 1 ms schedule, not 100 ms
-    assert answer["choices"][0]["text"].split() == ["w0", "w1", "w2", "w3", "w4"]
-    assert answer["usage"]["prompt_tokens"] == 3 and answer["usage"]["completion_tokens"] == 5
+    assert answer["choices"][0]["text"].split() == ["w0", "w1", "w2"]
+    assert answer["usage"]["prompt_tokens"] == 3 and answer["usage"]["completion_tokens"] == 3
+    plain = {"Content-Type": "application/json"}
+    request = urllib.request.Request(ref_url + "/v1/completions", data=body, headers=plain)
+    with urllib.request.urlopen(request) as resp:
+        answer = orjson.loads(resp.read())
+    assert answer["choices"][0]["text"].split() == ["w0", "w1", "w2", "w3", "w4"]  # without it, all 5
 
 
 # --- exact output lengths ----------------------------------------------------------------

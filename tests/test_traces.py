@@ -411,16 +411,23 @@ def replay(prompts: PromptFactory, tmp_path_factory: pytest.TempPathFactory) -> 
     return Replay(campaign, cell / "runs" / plan.name, rows, summary)
 
 
+@pytest.mark.precision
+def test_mooncake_replay_sends_each_request_within_milliseconds_of_its_schedule(replay: Replay) -> None:
+    records = read_records(replay.run_dir / "records.parquet")
+    late_ms = sorted((r.start_ns - r.scheduled_ns) / 1e6 for r in records)
+    # Typically 0.5 ms late at the median, a few ms at worst; the bound leaves room for two busy shared cores.
+    assert late_ms[len(late_ms) // 2] < 2 and late_ms[int(0.9 * len(late_ms))] < 5
+    assert late_ms[-1] < 15, f"sent up to {late_ms[-1]:.1f} ms late"
+
+
 def test_mooncake_replay_sends_on_the_scaled_schedule_and_reuses_what_the_ids_design(replay: Replay) -> None:
     records = sorted(read_records(replay.run_dir / "records.parquet"), key=lambda r: r.request_id)
     assert len(records) == REPLAYED and all(r.ok for r in records)
     first = min(r.scheduled_ns for r in records)
     scheduled = [(r.scheduled_ns - first) / 1e9 for r in records]
     assert scheduled == pytest.approx([row.at_s * SCALE for row in replay.rows], abs=1e-6)
-    late_ms = sorted((r.start_ns - r.scheduled_ns) / 1e6 for r in records)
-    # Typically 0.5 ms late at the median, a few ms at worst; the bound leaves room for two busy shared cores.
-    assert late_ms[len(late_ms) // 2] < 2 and late_ms[int(0.9 * len(late_ms))] < 5
-    assert late_ms[-1] < 15, f"sent up to {late_ms[-1]:.1f} ms late"
+    # Never sent early (a timer may fire within its millisecond); how late is the precision test's below.
+    assert min(r.start_ns - r.scheduled_ns for r in records) > -1_000_000
     summary = replay.summary
     assert summary.prefix_cache is not None
     designed = brute_force_reuse([(r.prompt_tokens, r.blocks) for r in replay.rows], 512)
