@@ -19,11 +19,12 @@ from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.report.tables import effort_table, results_frame
 from bakeoff.results.store import read_summary
+from bakeoff.serving.backends import load_backend
 from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import leftover_containers
 from bakeoff.serving.images import inspect_image
 from browser import open_in_chromium
-from engines import campaign_against, settings
+from engines import campaign_against
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container]
 REPO = Path(__file__).resolve().parents[1]
@@ -70,8 +71,13 @@ def test_vllm_cpu_in_a_container_and_as_a_process_through_a_campaign(
     summary = read_summary(cell / "runs" / "c4" / "summary.json")
     assert summary.effort is not None and summary.cost is not None and summary.slo is not None
     assert summary.effort.cold_start_s and summary.effort.cold_start_s > 0
+    # Every knob the campaign sets differs from the backend's default, counted and on the command line.
     knobs = next(s.knobs for s in load_campaign(SHIPPED).servers if s.label == "vllm-process")
-    assert summary.effort.flags_changed == len(settings(knobs))
+    defaults = load_backend("vllm-cpu").knobs
+    changed = {name: value for name, value in knobs.items() if value != defaults[name].default}
+    assert summary.effort.flags_changed == len(changed) and summary.effort.non_default_knobs == changed
+    command = json.loads((cell / "cell.json").read_text())["effort"]["server"]["command_line"]
+    assert "--max-model-len 1024" in command and "--enforce-eager" in command
     assert summary.cost.usd_per_million_output_tokens and summary.cost.usd_per_million_output_tokens > 0
     assert summary.slo.attainment == 1.0
 
