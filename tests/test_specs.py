@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff.campaign.cells import check_metric_support, validate_campaign
+from bakeoff.campaign.cells import check_metric_support, expand, validate_campaign
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
+from bakeoff.models.model_source import resolve_model
 from bakeoff.serving.backends import MetricsSpec, RequestQuirks, load_backend
 from bakeoff.workloads.kinds import MultiTurn
 
@@ -114,9 +115,12 @@ def test_shipped_campaigns_validate(path: Path) -> None:
 # --- real models, real users ---------------------------------------------------------------
 
 
-def test_model_can_be_a_hugging_face_id(tmp_path: Path) -> None:
+def test_model_can_be_a_hugging_face_id_resolved_in_the_hub_cache_without_downloading(tmp_path: Path) -> None:
     spec = load_campaign(write(tmp_path, with_(model={"hf_id": "meta-llama/Llama-3.1-8B-Instruct"})))
-    assert spec.model.hf_id == "meta-llama/Llama-3.1-8B-Instruct" and spec.model.path is None
+    source = resolve_model(spec.model, environ={"HF_HOME": str(tmp_path / "hf")})
+    assert source.hf_id == "meta-llama/Llama-3.1-8B-Instruct"
+    assert source.local_dir is None and source.hub_cache == tmp_path / "hf" / "hub"  # not cached, not fetched
+    assert not (tmp_path / "hf").exists()
 
 
 @pytest.mark.parametrize(
@@ -133,15 +137,18 @@ def test_bad_model_source_names_the_field(tmp_path: Path, model: dict[str, objec
         load_campaign(write(tmp_path, with_(model=model)))
 
 
-def test_server_with_a_key_variable_headers_and_a_url(tmp_path: Path) -> None:
+def test_server_with_a_key_variable_headers_and_a_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = {
-        "backend": "vllm",
+        "backend": "vllm-cpu",
         "url": "https://gateway.internal:8443/team-a",
         "api_key_env": "TEAM_A_KEY",
         "headers": {"X-Route": "canary"},
     }
+    monkeypatch.setenv("TEAM_A_KEY", "k-123")
     spec = load_campaign(write(tmp_path, with_(servers=[server])))
-    assert spec.servers[0].api_key_env == "TEAM_A_KEY" and spec.servers[0].headers == {"X-Route": "canary"}
+    # What every request of its cells carries: the key from the variable, and the extra headers.
+    headers = {cell.server.label: cell.headers for cell in expand(spec, None)}
+    assert list(headers.values()) == [{"Authorization": "Bearer k-123", "X-Route": "canary"}]
 
 
 @pytest.mark.parametrize(
@@ -159,14 +166,6 @@ def test_bad_server_auth_settings_name_the_field(tmp_path: Path, server: dict[st
     with pytest.raises(SpecError, match=message) as err:
         load_campaign(write(tmp_path, data))
     assert "sk-live-0a1b" not in str(err.value)  # a key pasted in by mistake is not echoed
-
-
-def test_min_tokens_matches_what_each_server_accepts() -> None:
-    # Read from each framework's request models: vLLM, SGLang and TensorRT-LLM accept
-    # min_tokens; llama-server has none, and its ignore_eos already covers every EOG id.
-    expected = {"vllm": True, "vllm-cpu": True, "vllm-cpu-container": True, "sglang": True, "trtllm": True}
-    expected |= {"trtllm-engine": True, "llamacpp": False}
-    assert {name: load_backend(name).request.min_tokens for name in expected} == expected
 
 
 def test_min_tokens_in_extra_body_is_refused() -> None:
