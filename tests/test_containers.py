@@ -11,7 +11,9 @@ import io
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -25,7 +27,14 @@ import yaml
 from bakeoff.errors import LaunchError, RuntimeMissingError
 from bakeoff.serving.backends import BACKENDS_DIR, BackendSpec, load_backend
 from bakeoff.serving.container_runtime import find_runtime, runtime_command
-from bakeoff.serving.containers import container_run_args, leftover_containers, render_container_launch, run_container
+from bakeoff.serving.containers import (
+    CONTAINER_FILE,
+    container_run_args,
+    leftover_containers,
+    reap_containers,
+    render_container_launch,
+    run_container,
+)
 from bakeoff.serving.images import image_fix_hint, inspect_image
 from bakeoff.serving.process import ServerHandle, free_port
 
@@ -347,6 +356,58 @@ def test_port_in_use_is_refused(backend_name: str, tiny_image: str, model_dir: P
             _run(spec, model_dir, tmp_path / "run", port=port),
         ):
             pass
+
+
+# A bakeoff killed mid-start: run_container's clean-up never runs, only the record it wrote first survives.
+_KILLED_BAKEOFF = """\
+import sys
+from pathlib import Path
+
+from bakeoff.serving.backends import BackendSpec
+from bakeoff.serving.containers import render_container_launch, run_container
+
+spec = BackendSpec.model_validate_json(sys.argv[1])
+launch = render_container_launch(spec, {}, served_model_name="m")
+with run_container(launch, port=int(sys.argv[2]), served_model_name="m", model_dir=Path(sys.argv[3]),
+                   run_dir=Path(sys.argv[4]), runtime="podman"):
+    pass
+"""
+
+
+@needs_podman
+@pytest.mark.container
+def test_the_container_of_a_killed_campaign_is_reaped_with_real_podman(
+    backend_name: str, tiny_image: str, model_dir: Path, tmp_path: Path
+) -> None:
+    cells = tmp_path / "cells"
+    run_dir = cells / "a__w"
+    # Never ready (sleep serves nothing): the launcher waits, holding the container, until it is killed.
+    spec = _spec(tiny_image, ["/usr/bin/sleep", "600"], backend_name, health={"timeout_s": 600})
+    argv = [
+        sys.executable,
+        "-c",
+        _KILLED_BAKEOFF,
+        spec.model_dump_json(),
+        str(free_port()),
+        str(model_dir),
+        str(run_dir),
+    ]
+    proc = subprocess.Popen(argv)
+    try:
+        deadline = time.monotonic() + 60
+        while not leftover_containers("podman", name_contains=backend_name):
+            assert proc.poll() is None and time.monotonic() < deadline, "the container never started"
+            time.sleep(0.2)
+        proc.kill()  # SIGKILL: no finally, no rm -f
+        proc.wait()
+        assert leftover_containers("podman", name_contains=backend_name), "the kill should leave it running"
+        (name,) = reap_containers(cells)  # what a resumed campaign does first
+        assert name.startswith(f"bakeoff-{backend_name}-") and not (run_dir / CONTAINER_FILE).exists()
+        assert leftover_containers("podman", name_contains=backend_name) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reap_containers(cells)
 
 
 @needs_podman

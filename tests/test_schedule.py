@@ -171,19 +171,32 @@ def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
     from bakeoff.campaign.cells import Cell
     from bakeoff.campaign.execute import _static_effort
+    from bakeoff.campaign.runner import RunTarget, execute_plan
+    from bakeoff.measure.client import ClientSettings
+    from bakeoff.results.store import RUN_INFO, read_json
     from bakeoff.serving.backends import load_backend
     from bakeoff.serving.launch_render import RenderedLaunch
     from bakeoff.serving.process import ServerHandle
+    from bakeoff.serving.reference import serve_reference
     from bakeoff.serving.server_config import ServerConfig
     from bakeoff.workloads.kinds import ConcurrencySweep
+    from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
     backend = load_backend("vllm")
     cell = Cell(ServerConfig(backend="vllm"), backend, ConcurrencySweep(levels=[1], input_len=8, output_len=8))
     handle = ServerHandle("http://h:1", "m", tmp_path / "log", "docker run", 1.0, "container",
                           image="vllm/vllm-openai:latest", image_digest="sha256:abc")  # fmt: skip
     effort = _static_effort(cell, RenderedLaunch(backend, ["x"], {}, None, {}), handle)
-    # effort["server"] is what run.json records as its server, and cell.json keeps it in its effort.
+    # cell.json keeps effort["server"]; each run gets it as its server (as _run_plans passes it), and
+    # run.json and the summary's provenance carry the digest on: a run measured against the reference server.
     assert effort["server"]["image"] == "vllm/vllm-openai:latest" and effort["server"]["image_digest"] == "sha256:abc"
+    plan = RunPlan("c1", "closed", {}, concurrency=1, requests=[PlannedRequest(0, "completions", 4, prompt="a b")])
+    with serve_reference(ttft_ms=1, itl_ms=1) as url:
+        settings = ClientSettings(base_url=url, model="bakeoff-ref")
+        summary = execute_plan(plan, RunTarget(settings, server_info=dict(effort["server"])), tmp_path / "run")
+    assert summary.requests.ok == 1
+    assert (summary.provenance.image, summary.provenance.image_digest) == ("vllm/vllm-openai:latest", "sha256:abc")
+    assert read_json(tmp_path / "run" / RUN_INFO)["server"]["image_digest"] == "sha256:abc"
 
 
 def test_floating_tags_are_pulled_again_pinned_ones_reused(monkeypatch: pytest.MonkeyPatch) -> None:
