@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.rehearsal import rehearsal_spec
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
 from bakeoff.results.store import read_summary
-from bakeoff.serving.backends import load_backend
+from bakeoff.serving.backends import BackendSpec, load_backend
 from bakeoff.serving.launchers import launcher_kind
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import ConcurrencySweep
@@ -92,8 +94,51 @@ def _cells(folder: Path) -> list[dict[str, Any]]:
             (read_summary(p), json.loads((p.parent / "run.json").read_text()))
             for p in sorted(info.parent.glob("runs/*/summary.json"))
         ]
+        cell["dir"] = info.parent
         cells.append(cell)
     return cells
+
+
+def _rehearsed_config(cell_dir: Path, backend: BackendSpec) -> dict[str, Any] | None:
+    """The options file the rehearsal wrote as a GPU host would get it (next to the cell's runs)."""
+    if backend.config_file is None:
+        return None
+    data = yaml.safe_load((cell_dir / f"rehearsed-{backend.config_file.filename}").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _contains(argv: list[str], words: list[str]) -> bool:
+    return any(argv[i : i + len(words)] == words for i in range(len(argv) - len(words) + 1))
+
+
+def _launched_with(
+    backend: BackendSpec, knob: str, value: Any, command: list[str], config: dict[str, Any] | None
+) -> bool:
+    """Whether the GPU command (or its options file) runs the server with ``knob`` at ``value``.
+
+    Read from the knob's own target in the backend YAML, not from the renderer: a flag and its
+    value, a true/false flag, or a key of the options file. Left at the framework's default, a
+    value flag may be absent.
+    """
+    spec = backend.knobs[knob]
+    native = spec.value_map.get(str(value).lower() if isinstance(value, bool) else str(value), value)
+    if spec.true_flag or spec.false_flag:
+        flag, other = (spec.true_flag, spec.false_flag) if value else (spec.false_flag, spec.true_flag)
+        present = flag is None or _contains(command, shlex.split(flag))
+        return present and (other is None or not _contains(command, shlex.split(other)))
+    if spec.flag:
+        if spec.flag not in command:
+            return bool(value == spec.default)
+        return command[command.index(spec.flag) + 1] == str(native)
+    if spec.config_key:
+        node: Any = config
+        for part in spec.config_key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return bool(value == spec.default)
+            node = node[part]
+        return bool(node == native)
+    raise AssertionError(f"{backend.name}.{knob}: a knob target this test has no check for")
 
 
 class RehearsedCampaign:
@@ -129,9 +174,10 @@ class RehearsedCampaign:
                 assert SERVER_COMMANDS[str(backend.rehearsal_profile)] in server["command_line"], server["command_line"]
                 assert backend.container is not None and backend.container.image in server["command_line"]
                 # The exact knob values reach the command (or the options file) a GPU host would run.
+                command = shlex.split(server["command_line"])
+                config = _rehearsed_config(cell["dir"], backend)
                 for knob, value in cell["server"]["knobs"].items():
-                    assert knob in server["knobs"], (label, knob)
-                    assert server["knobs"][knob] == value or str(server["knobs"][knob]) == str(value)
+                    assert _launched_with(backend, knob, value, command, config), (label, knob, value)
 
     def test_rehearsal_report_is_marked_on_every_section(self, rehearsed: Callable[[str], Path]) -> None:
         html = (rehearsed(self.campaign) / "report.html").read_text()
