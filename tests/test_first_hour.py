@@ -441,8 +441,12 @@ def test_long_steps_show_elapsed_time_on_a_terminal_and_nothing_in_ci(monkeypatc
     monkeypatch.delenv("CI", raising=False)
     shown = Terminal()
     with working("pulling img:1", stream=shown):
-        time.sleep(1.2)
-    assert "pulling img:1" in shown.getvalue()
+        # While the step still runs, the line is repainted with the time elapsed so far.
+        deadline = time.monotonic() + 10
+        while "00:01" not in shown.getvalue():
+            assert time.monotonic() < deadline, f"no elapsed time shown while working: {shown.getvalue()!r}"
+            time.sleep(0.05)
+        assert "pulling img:1" in shown.getvalue()
     monkeypatch.setenv("CI", "true")
     quiet = Terminal()
     with working("pulling img:1", stream=quiet):
