@@ -5,10 +5,10 @@ readings; the hardware keeps its own running total, so bakeoff reads that instea
 differences:
 
 - NVIDIA GPUs: ``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver
-  loaded, Volta and later), one counter per GPU, through the same NVML module seam as
-  :mod:`bakeoff.observe.hoststats`. Every GPU NVML sees is read (as the telemetry reads
-  them): on a machine with more GPUs than the server uses, the idle ones add their draw,
-  and ``energy.devices`` shows each apart;
+  loaded, Volta and later), one counter per GPU, asked through :mod:`bakeoff.serving.gpus`
+  (the NVML module seam the telemetry uses too). Every GPU NVML sees is read (as the
+  telemetry reads them): on a machine with more GPUs than the server uses, the idle ones
+  add their draw, and ``energy.devices`` shows each apart;
 - CPU hosts: Intel RAPL under ``/sys/class/powercap``: each package zone's ``energy_uj``
   (``intel-rapl:N``; its sub-zones ``intel-rapl:N:M`` are parts of it and are left out, or
   they would be counted twice). The counter wraps at ``max_energy_range_uj``: a reading
@@ -26,18 +26,17 @@ of a figure: never a guess.
 
 from __future__ import annotations
 
-import importlib
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Literal
 
 import numpy as np
 
 from bakeoff.results.summary import DeviceEnergy, Energy
+from bakeoff.serving.gpus import nvml_energy_readers
 
 POWERCAP = Path("/sys/class/powercap")
 _PACKAGE_ZONE = re.compile(r"intel-rapl:\d+$")
@@ -56,31 +55,8 @@ class Counter:
 
 def nvml_counters(module: str = "pynvml") -> tuple[list[Counter], str]:
     """One counter per NVIDIA GPU, or none and why (no nvidia-ml-py, no driver, no GPU, no energy counter)."""
-    try:
-        nvml: ModuleType = importlib.import_module(module)
-    except ImportError:
-        return [], "nvidia-ml-py is not installed (pip install 'bakeoff[telemetry-gpu]')"
-    try:
-        nvml.nvmlInit()
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    except Exception as exc:  # NVMLError and its driver-missing subclasses
-        return [], f"NVML did not start: {exc}"
-    if not handles:
-        return [], "NVML found no GPU"
-    counters = []
-    for index, handle in enumerate(handles):
-        name = nvml.nvmlDeviceGetName(handle)
-        label = f"gpu{index} {name.decode() if isinstance(name, bytes) else name}"
-        try:
-            nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        except nvml.NVMLError as exc:
-            return [], f"{label}: NVML has no energy counter for it ({exc}; it needs a Volta or later GPU)"
-        counters.append(Counter(label, _nvml_reader(nvml, handle)))
-    return counters, f"NVML energy counters: {', '.join(c.device for c in counters)}"
-
-
-def _nvml_reader(nvml: ModuleType, handle: object) -> Callable[[], float]:
-    return lambda: float(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1000.0  # millijoules
+    readers, why = nvml_energy_readers(module)
+    return [Counter(label, read) for label, read in readers], why
 
 
 def rapl_counters(root: Path = POWERCAP) -> tuple[list[Counter], str]:

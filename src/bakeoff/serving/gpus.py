@@ -9,6 +9,8 @@
   (``nvidia-ml-py``, imported only when asked for, so its absence costs nothing), which the
   telemetry series samples; :func:`nvml_probe` returns None with the reason where NVML is
   not there, and :func:`gpu_names` are the names NVML reports (the roofline's datasheet keys).
+- :func:`nvml_energy_readers`: each GPU's cumulative energy counter (joules since the driver
+  loaded), which :mod:`bakeoff.observe.energy` differences over a run's measured window.
 
 Both tools are read through these functions only, so a stand-in ``nvidia-smi`` on ``PATH``
 or a fake NVML module (``nvml_probe(module=...)``) stands in for a GPU in tests.
@@ -21,6 +23,7 @@ import functools
 import importlib
 import shutil
 import subprocess
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -134,3 +137,31 @@ def gpu_names() -> list[str]:
     names = probe.names
     probe.close()
     return names
+
+
+def nvml_energy_readers(module: str = "pynvml") -> tuple[list[tuple[str, Callable[[], float]]], str]:
+    """(label, joules so far) per NVIDIA GPU, or none and why (no nvidia-ml-py, no driver, no GPU, no counter)."""
+    try:
+        nvml: ModuleType = importlib.import_module(module)
+    except ImportError:
+        return [], "nvidia-ml-py is not installed (pip install 'bakeoff[telemetry-gpu]')"
+    try:
+        nvml.nvmlInit()
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    except Exception as exc:  # NVMLError and its driver-missing subclasses
+        return [], f"NVML did not start: {exc}"
+    if not handles:
+        return [], "NVML found no GPU"
+    readers = []
+    for index, handle in enumerate(handles):
+        label = f"gpu{index} {_text(nvml.nvmlDeviceGetName(handle))}"
+        try:
+            nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        except nvml.NVMLError as exc:
+            return [], f"{label}: NVML has no energy counter for it ({exc}; it needs a Volta or later GPU)"
+        readers.append((label, _energy_reader(nvml, handle)))
+    return readers, f"NVML energy counters: {', '.join(label for label, _ in readers)}"
+
+
+def _energy_reader(nvml: ModuleType, handle: object) -> Callable[[], float]:
+    return lambda: float(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1000.0  # millijoules
