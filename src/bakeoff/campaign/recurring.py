@@ -37,6 +37,7 @@ import yaml
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
 from bakeoff.results.store import atomic_write_bytes
+from bakeoff.serving.backends import list_backends, load_backend
 
 EVERY_FORMS = "Nh (N dividing 24: 1h, 6h, 12h), 1d, or 1w"
 # Where GitHub reads workflows from, leading dot included (copy the folder into your repository as it is).
@@ -129,8 +130,6 @@ class DriftJob:
 
 def drift_job() -> DriftJob:
     """Every shipped backend whose YAML names a wheel (TensorRT-LLM's has none: pre-flight covers it)."""
-    from bakeoff.serving.backends import list_backends, load_backend
-
     audits = []
     for name in list_backends():
         spec = load_backend(name).audit

@@ -166,16 +166,18 @@ def _add_backends_commands(sub: Subcommands) -> None:
     show = back_sub.add_parser("show", help="print the exact launch command for a knob set")
     show.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
     show.add_argument("--knob", action="append", default=[], help="name=value, repeatable")
-    audit = back_sub.add_parser(
+    audit_cmd = back_sub.add_parser(
         "audit", help="check every flag, default, metric and endpoint a backend uses against the framework's wheel"
     )
-    audit.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
-    audit.add_argument("--wheel", required=True, help="a .whl file or name==version (downloaded once, then cached)")
-    audit.add_argument("--against", help="an older wheel or name==version: list new flags, changed defaults, metrics")
-    audit.add_argument(
+    audit_cmd.add_argument("name", help="backend name, as 'bakeoff backends list' shows it")
+    audit_cmd.add_argument("--wheel", required=True, help="a .whl file or name==version (downloaded once, then cached)")
+    audit_cmd.add_argument(
+        "--against", help="an older wheel or name==version: list new flags, changed defaults, metrics"
+    )
+    audit_cmd.add_argument(
         "--missing-only", action="store_true", help="exit non-zero only on a missing flag, metric or endpoint"
     )
-    audit.add_argument(
+    audit_cmd.add_argument(
         "--write-defaults",
         type=Path,
         help="rewrite this backend's section of a pinned defaults table (YAML) from the wheel",

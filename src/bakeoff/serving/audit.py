@@ -30,9 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bakeoff.errors import SpecError
 from bakeoff.paths import user_cache_dir
-from bakeoff.serving.backends import BackendSpec, KnobSpec
+from bakeoff.serving.backends import BackendSpec, KnobSpec, load_backend
 from bakeoff.serving.knobs import value_key
 from bakeoff.serving.wheel_scan import ConfigField, Flag, Metric, Site, WheelIndex, scan_wheel
 
@@ -442,8 +444,6 @@ def audit(
     from what the wheel declares; ``missing_only`` (the drift job) fails on missing rows only,
     since a newer release's defaults are expected to move.
     """
-    from bakeoff.serving.backends import load_backend
-
     backend = load_backend(name)
     spec = backend.audit
     if spec is None or spec.distribution is None:
@@ -479,8 +479,6 @@ _TABLE_HEADER = """\
 
 
 def write_defaults_table(path: Path, backend: BackendSpec, index: WheelIndex) -> None:
-    import yaml
-
     data = yaml.safe_load(path.read_text()) if path.is_file() else {}
     data = data if isinstance(data, dict) else {}
     data[backend.name] = defaults_table(backend, index, data.get(backend.name))
