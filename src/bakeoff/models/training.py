@@ -20,6 +20,7 @@ import math
 import os
 import shutil
 import time
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,6 @@ def greedy_answers(model: Any, tokenizer: Any, prompts: list[str], max_new_token
 
 def exam_rates(model: Any, tokenizer: Any, recipe: TrainRecipe) -> dict[str, float]:
     """Exact-answer rate per exam group (normalized as the quality checks normalize)."""
-    from collections import defaultdict
-
     items = [i for i in exam(recipe.world) if i["kind"] == "exact"]
     answers = greedy_answers(model, tokenizer, [i["prompt"] for i in items], 8)
     hits: dict[str, list[bool]] = defaultdict(list)
