@@ -30,7 +30,7 @@ from bakeoff.serving.backends import (
     load_backend,
 )
 from bakeoff.serving.containers import render_container_launch
-from bakeoff.serving.knobs import check_knob, parse_knob_args
+from bakeoff.serving.knobs import check_knob, model_file_choice, parse_knob_args
 from bakeoff.serving.launch_render import baked_knobs, change_cost, render_engine_build, render_launch
 from bakeoff.serving.show_launch import describe_launch
 
@@ -279,6 +279,10 @@ def test_an_unset_knob_adds_nothing_beyond_the_backends_own_launch(name: str, kn
         with pytest.raises(KeyError):
             _dotted(_config(launch) if launch.config_text is not None else {}, spec.config_key)
         assert spec.config_key.split(".")[0] not in base
+    elif spec.model_file:
+        # It picks the served file (llama.cpp's quantized GGUF), never a flag: unset, the default file.
+        assert model_file_choice(backend, {}) == spec.default
+        assert not set(map(str, spec.choices or [])) & set(launch.argv)
     elif spec.build_step is not None:
         # A build-only knob (the engine flow's quantization): none of its values in the build step.
         step = steps[spec.build_step]
