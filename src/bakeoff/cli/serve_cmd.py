@@ -21,8 +21,8 @@ import psutil
 
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
-from bakeoff.observe.origin import gpu_available
 from bakeoff.serving.backends import BackendSpec, load_backend
+from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.knobs import parse_knob_args
 from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
