@@ -12,8 +12,8 @@ import pytest
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign import execute as campaign
 from bakeoff.campaign.cold_cache import CellServer, needs_cold_cache, prompt_keys
+from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.errors import LaunchError
-from bakeoff.measure.slo import Slo
 from bakeoff.notebook import guards as notebook_params
 from bakeoff.results.store import CELL_INFO, read_json, read_summary
 from bakeoff.serving.backends import load_backend
@@ -96,7 +96,10 @@ def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypa
     effort: dict[str, Any] = {"server": {"backend": "llamacpp"}}
     summaries: dict[str, Any] = {}
     with CellServer(starts, starts.backend, restarts) as server:
-        campaign._run_plans(cell, Slo(), plans, lambda text: 1, server, tmp_path, effort, {}, summaries)
+        spec = CampaignSpec(
+            name="t", model={"preset": "tiny"}, servers=[cell.server], workloads=[wl], stop_at_saturation=False
+        )
+        campaign._run_plans(cell, spec, plans, lambda text: 1, server, tmp_path, effort, {}, summaries)
     assert starts.count == 2 and len(restarts) == 1
     assert [summaries[p].cache_reset.ok for p in ("c1", "c2", "replay")] == [True, None, True]
     assert all(summaries[p].requests.ok == 3 for p in summaries)
