@@ -49,10 +49,21 @@ class RefOptions:
     # answer chunk at ttft_ms + (reasoning chunks) x itl_ms + answer_gap_ms.
     reasoning_tokens: int = 0
     answer_gap_ms: float = 0.0
+    # The planted load model (bakeoff.ref.batching): timing that answers to serving knobs.
+    slots: int = 0
+    itl_per_running_ms: float = 0.0
+    token_budget: int = 0
+    prefill_step_ms: float = 0.0
+    itl_per_budget_token_ms: float = 0.0
+    garble: bool = False
 
     def __post_init__(self) -> None:
-        if self.ttft_ms < 0 or self.itl_ms < 0 or self.stall_s < 0 or self.answer_gap_ms < 0:
-            raise ValueError("ttft_ms, itl_ms, stall_s and answer_gap_ms must be 0 or more")
+        timed = (self.ttft_ms, self.itl_ms, self.stall_s, self.answer_gap_ms, self.itl_per_running_ms,
+                 self.prefill_step_ms, self.itl_per_budget_token_ms)  # fmt: skip
+        if min(timed) < 0:
+            raise ValueError("ttft_ms, itl_ms, stall_s, answer_gap_ms and the load-model times must be 0 or more")
+        if self.slots < 0 or self.token_budget < 0:
+            raise ValueError("slots and token_budget must be 0 (off) or more")
         if self.tokens_per_chunk < 1 or self.fault_every < 1 or self.eos_after < 0 or self.reasoning_tokens < 0:
             raise ValueError(
                 "tokens_per_chunk and fault_every must be at least 1, eos_after and reasoning_tokens 0 or more"

@@ -48,6 +48,7 @@ from typing import Any, get_args
 import orjson
 from aiohttp import web
 
+from bakeoff.ref.batching import Slots, first_token_ms, gap_ms
 from bakeoff.ref.cache import Counters
 from bakeoff.ref.options import MODEL, Fault, RefOptions, ServerStats, UsageMode, canned_key, load_canned
 from bakeoff.ref.profiles import PROFILES, make_profile
@@ -79,6 +80,7 @@ class ReferenceServer:
         self._next_key = 0
         self.api_key = api_key  # then every route, health and metrics too, wants it as a bearer token
         self.stats = ServerStats()
+        self.slots = Slots(options.slots)  # one scheduler: the server's own option, never a request's
         self._fault_counts: dict[RefOptions, int] = {}
         self._created = int(time.time())
 
@@ -153,6 +155,8 @@ class ReferenceServer:
         # A canned answer (--canned) ends on its own ("stop") unless max_tokens cuts it ("length").
         canned = self.canned.get(canned_key(body, chat=chat))
         pieces = re.findall(r"\s*\S+", canned) if canned is not None else None
+        if pieces is not None and opts.garble:
+            pieces = [" garbled"] * len(pieces)  # a broken configuration: same length, wrong text
         finish = "length"
         if pieces is not None:
             finish = "stop" if len(pieces) <= max_tokens else "length"
@@ -161,6 +165,24 @@ class ReferenceServer:
         if faulty and opts.fault == "http500":
             return self.profile.error(500, "injected fault: internal server error")
         words = prompt.split()
+        async with self.slots.held(self.counters) as waited:
+            # The schedule starts once the request holds a slot (on arrival when it did not wait).
+            start = time.monotonic() if waited else t0
+            return await self._serve(request, body, opts, chat, start, words, max_tokens, pieces, finish, faulty)
+
+    async def _serve(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        opts: RefOptions,
+        chat: bool,
+        t0: float,
+        words: list[str],
+        max_tokens: int,
+        pieces: list[str] | None,
+        finish: str,
+        faulty: bool,
+    ) -> web.StreamResponse:
         key = self._next_key = self._next_key + 1
         cached = self.counters.admit(key, words, max_tokens)
         self.profile.on_prefill(self.counters)
@@ -187,13 +209,17 @@ class ReferenceServer:
                 texts.append("".join(f" w{t % 10}" for t in range(start, start + size)))
             start += size
         finished = False
+        first_ms = first_token_ms(opts, len(words))
         try:
             if not body.get("stream"):
-                await self.stats.pacer.until(t0 + (opts.ttft_ms + (len(texts) - 1) * opts.itl_ms) / 1e3)
+                gaps = (len(texts) - 1) * gap_ms(opts, self.counters.running)
+                await self.stats.pacer.until(t0 + (first_ms + gaps) / 1e3)
                 finished = True
                 return self._whole(chat, "".join(texts), usage, finish)
             tail = usage if include_usage else None
-            resp, finished = await self._stream(request, opts, chat, t0, texts, tail, faulty, finish, len(thinking))
+            resp, finished = await self._stream(
+                request, opts, chat, t0, first_ms, texts, tail, faulty, finish, len(thinking)
+            )
             return resp
         finally:
             self.counters.release(key, generated=max_tokens, finished=finished)
@@ -221,6 +247,7 @@ class ReferenceServer:
         opts: RefOptions,
         chat: bool,
         t0: float,
+        first_ms: float,
         texts: list[str],
         usage: dict[str, Any] | None,
         faulty: bool,
@@ -248,6 +275,7 @@ class ReferenceServer:
             await resp.write(prefix + opening)
         fault_at = len(texts) // 2 if opts.fault_after < 0 else opts.fault_after
         last = len(texts) - 1
+        offset_ms = first_ms
         for i, text in enumerate(texts):
             if faulty and i == fault_at:
                 return await self._mid_stream_fault(request, resp, opts), False
@@ -266,8 +294,11 @@ class ReferenceServer:
                 if usage is not None and opts.usage == "separate":
                     data += sse(profile.usage_chunk(head, usage))
                 data += DONE_EVENT
-            gap = opts.answer_gap_ms if thinking and i >= thinking else 0.0
-            await stats.pacer.until(t0 + (opts.ttft_ms + i * opts.itl_ms + gap) / 1e3)
+            if i:  # each gap as long as the batch in flight makes it now (bakeoff.ref.batching)
+                offset_ms += gap_ms(opts, self.counters.running)
+            if thinking and i == thinking:  # the pause between the reasoning and the answer
+                offset_ms += opts.answer_gap_ms
+            await stats.pacer.until(t0 + offset_ms / 1e3)
             stats.chunks += 1
             await resp.write(data)
         await resp.write_eof()
