@@ -7,7 +7,8 @@ knob the backend lacks, or a value it does not accept, naming both, before anyth
 
 A knob may also feed an *engine build* (TensorRT-LLM's engine flow): ``build_step`` names
 the ``engine_build.steps`` entry its flag is appended to, and such a knob always costs a
-rebuild to change. Rendering a launch or an engine build for one knob set is
+rebuild to change. A ``tune:`` block declares the knob space ``bakeoff tune`` searches
+(:mod:`bakeoff.serving.tune_space`). Rendering a launch or an engine build for one knob set is
 :mod:`bakeoff.serving.launch_render`; the build itself, timed and cached, lives in
 :mod:`bakeoff.serving.engine_build`.
 """
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bakeoff.errors import SpecError
 from bakeoff.paths import BACKENDS_ENV, backend_dirs, shipped
 from bakeoff.schema import format_validation_error
+from bakeoff.serving.tune_space import KnobValue, TuneSpace
 
 # The shared vocabulary: every backend maps a subset of these, never anything else.
 KNOB_VOCABULARY: dict[str, str] = {
@@ -54,7 +56,6 @@ BACKENDS_DIR = shipped("backends")
 # value maps write ``{draft_model}`` and rendering fills it in.
 DRAFT_MOUNT = "/draft"
 
-KnobValue = bool | int | float | str
 ChangeCost = Literal["nothing", "restart", "rebuild"]
 
 
@@ -254,6 +255,7 @@ class BackendSpec(_Strict):
     preflight: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None, description="whose own parser `bakeoff campaign preflight` checks the rendered launch with"
     )
+    tune: TuneSpace | None = Field(default=None, description="what bakeoff tune searches (serving.tune_space)")
 
     @model_validator(mode="after")
     def _consistent(self) -> BackendSpec:
@@ -263,6 +265,10 @@ class BackendSpec(_Strict):
         both = sorted(set(self.knobs) & set(self.unsupported))
         if both:
             raise ValueError(f"knobs both mapped and listed as unsupported: {', '.join(both)}")
+        if self.tune is not None:
+            unmapped = sorted(self.tune.named() - set(self.knobs))
+            if unmapped:
+                raise ValueError(f"tune names knobs this backend does not map: {', '.join(unmapped)}")
         if self.runtime == "container" and self.container is None:
             raise ValueError("runtime: container needs a 'container' section")
         if any(k.config_key for k in self.knobs.values()) and self.config_file is None:

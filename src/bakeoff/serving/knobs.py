@@ -18,12 +18,16 @@
 - :func:`effective_dtypes` says what a server stores weights and KV cache in.
 - :func:`model_file_choice` reads the knob that picks the model file (``model_file: true``,
   llama.cpp's ``quantization``), which renders no flag: the launcher serves that file.
+- :func:`resolve_space` checks a tune space (:mod:`bakeoff.serving.tune_space`) against the
+  backend: every range's bounds and every choice must pass :func:`check_knob`;
+  :func:`broken_constraints` words the constraints a trial's knob values break.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.errors import KnobError, SpecError
@@ -32,6 +36,7 @@ from bakeoff.serving.backends import KNOB_VOCABULARY
 
 if TYPE_CHECKING:
     from bakeoff.serving.backends import BackendSpec, KnobSpec, KnobValue
+    from bakeoff.serving.tune_space import TuneSpace
 
 # {name} or {name+N}; other braces (JSON, shell) are left alone.
 PLACEHOLDER = re.compile(r"\{([a-z_]+)(?:\+(\d+))?\}")
@@ -235,3 +240,55 @@ def effective_dtypes(
     if kv == "auto":
         kv = "f16" if backend.model_format == "gguf" else dtype
     return {"weights": weights, "kv_cache": kv}
+
+
+def resolve_space(backend: BackendSpec, space: TuneSpace, where: str, only: list[str] | None = None) -> TuneSpace:
+    """Check a space against the backend: every knob mapped, every bound and choice accepted.
+
+    ``only``: knobs a campaign asked for; one without a range anywhere names the fix.
+    """
+    from bakeoff.serving.backends import KNOB_VOCABULARY
+
+    unknown = sorted(space.named() - set(KNOB_VOCABULARY))
+    if unknown:
+        raise SpecError(f"{where}: not bakeoff knobs: {', '.join(unknown)}; known knobs: {', '.join(KNOB_VOCABULARY)}")
+    for name in only or []:
+        if name not in space.knobs:
+            raise SpecError(
+                f"{where}.knobs: {name!r} has no search range for backend {backend.name!r}; add "
+                f"{{{name}: {{low: ..., high: ...}}}} or {{{name}: {{choices: [...]}}}} under tune.knobs"
+            )
+    for name, rng in space.knobs.items():
+        values: list[KnobValue] = list(rng.choices or [])
+        if rng.low is not None and rng.high is not None:
+            values += [_typed(backend, name, rng.low), _typed(backend, name, rng.high)]
+        for value in values:
+            try:
+                check_knob(backend, name, value)
+            except KnobError as exc:
+                raise SpecError(f"{where}.knobs.{name}: {exc}; narrow the range or fix the choices") from exc
+        if rng.choices is None and backend.knobs[name].type not in ("int", "float"):
+            raise SpecError(f"{where}.knobs.{name}: a {backend.knobs[name].type} knob needs choices, not a range")
+    for i, constraint in enumerate(space.constraints):
+        missing = sorted(n for n in constraint.names() if n not in backend.knobs)
+        if missing:
+            raise SpecError(
+                f"{where}.constraints[{i}]: backend {backend.name!r} has no knob {', '.join(missing)}; "
+                "drop the constraint or name a knob it maps"
+            )
+    return space
+
+
+def _typed(backend: BackendSpec, name: str, value: float) -> KnobValue:
+    spec = backend.knobs.get(name)
+    return int(value) if spec is not None and spec.type == "int" else value
+
+
+def knob_defaults(backend: BackendSpec) -> dict[str, KnobValue | None]:
+    return {name: spec.default for name, spec in backend.knobs.items()}
+
+
+def broken_constraints(space: TuneSpace, backend: BackendSpec, knobs: Mapping[str, KnobValue]) -> list[str]:
+    """Every constraint these knob values break, worded for the trial table."""
+    found = [c.violated(knobs, knob_defaults(backend)) for c in space.constraints]
+    return [text for text in found if text is not None]
