@@ -92,10 +92,13 @@ def cell_fingerprint(cell: Cell, campaign_dir: Path) -> dict[str, Any]:
     )
 
 
-def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: int = 1) -> dict[str, Any]:
+def run_cell(
+    campaign_dir: Path, server_label: str, workload_name: str, repeat: int = 1, *, check_quality: bool = True
+) -> dict[str, Any]:
     """Launch one server, run one workload's plans, save runs and the cell's effort record.
 
     ``repeat``: which repeat of the pair to measure (its own cell folder; see :func:`order_repeats`).
+    ``check_quality``: false skips the campaign's quality set (a tune's probe runs and repeats).
     """
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
     source = resolve_model(spec.model)
@@ -116,7 +119,7 @@ def run_cell(campaign_dir: Path, server_label: str, workload_name: str, repeat: 
         for attempt in range(1, spec.start_attempts + 1):
             try:
                 with CellServer(start, cell.backend, restarts) as server:
-                    _measure_cell(spec, cell, plans, tokenizer.count, server, cell_dir, effort, info, summaries)
+                    _measure_cell(spec, cell, plans, tokenizer.count, server, cell_dir, effort, info, summaries, check_quality)
                 break
             except LaunchError as exc:
                 # Failed starts (a restart's too) are part of the engineering effort: record each, then retry.
@@ -177,13 +180,14 @@ def _measure_cell(
     effort: dict[str, Any],
     info: dict[str, Any],
     summaries: dict[str, Any],
+    check_quality: bool = True,
 ) -> None:
     """On a started server: its start-up effort (first start only), every plan, then the quality set."""
     if "server" not in effort:
         handle, launch = server.current()
         effort.update(_static_effort(cell, launch, handle))
     _run_plans(cell, spec, plans, count_tokens, server, cell_dir, effort, info, summaries)
-    if spec.quality is not None:  # after the speed runs, on the same server
+    if spec.quality is not None and check_quality:  # after the speed runs, on the same server
         settings = client_settings(cell, server.current()[0], count_tokens)
         info["quality"] = quality.measure_cell(spec.quality, settings, cell_dir, cell.cell_id)["rates"]
 

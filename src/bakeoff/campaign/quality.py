@@ -337,3 +337,30 @@ class QualitySpec(Strict):
     )
     concurrency: Annotated[int, Field(ge=1, le=256)] = 4
     endpoint: Literal["chat", "completions"] = "chat"
+
+
+def gate(trial: Path, untuned: Path, min_agreement: float, max_rate_drop: float) -> tuple[bool | None, str]:
+    """A tune trial's quality against its untuned configuration's: (passed, why); None when not measured.
+
+    It passes when at least ``min_agreement`` of the items both answered get the same normalized
+    output, no pass rate (exact, length_ok) falls by more than ``max_rate_drop``, no failure
+    rate (invalid_json, truncated, refused) rises by more, and no more requests fail.
+    """
+    if not trial.is_file() or not untuned.is_file():
+        return None, "not measured"
+    mine, theirs = read_json(trial), read_json(untuned)
+    ours = {a["id"]: a for a in mine["answers"] if a["error"] is None}
+    shared = [a for a in theirs["answers"] if a["error"] is None and a["id"] in ours]
+    problems = []
+    agreement = _rate([normalize(ours[a["id"]]["output"]) == normalize(a["output"]) for a in shared])
+    if agreement is not None and agreement < min_agreement:
+        problems.append(f"agreement with the untuned answers {agreement:.0%} < {min_agreement:.0%}")
+    rates, base = mine["rates"], theirs["rates"]
+    for key, sign in (("exact", -1), ("length_ok", -1), ("invalid_json", 1), ("truncated", 1), ("refused", 1)):
+        if rates[key] is not None and base[key] is not None and sign * (rates[key] - base[key]) > max_rate_drop:
+            problems.append(f"{key} {rates[key]:.0%} vs {base[key]:.0%} untuned")
+    if rates["failed"] > base["failed"]:
+        problems.append(f"{rates['failed']} requests failed ({base['failed']} untuned)")
+    if problems:
+        return False, "; ".join(problems)
+    return True, f"agreement {agreement:.0%}" if agreement is not None else "no shared answers"

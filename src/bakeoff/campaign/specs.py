@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from bakeoff.analysis.thresholds import parse_threshold, parse_thresholds
 from bakeoff.campaign.ladder import LadderSpec
 from bakeoff.campaign.quality import QualitySpec
+from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import MODEL_FORMS, PRESET_CHOICES, ModelRef, model_shorthand
@@ -92,6 +93,7 @@ class CampaignSpec(Strict):
     ladder: LadderSpec | None = Field(
         default=None, description="one knob at a time on top of servers[0], kept while quality holds"
     )
+    tune: TuneSpec | None = Field(default=None, description="bakeoff tune: objective, load, budget, knob ranges")
     regression: dict[str, float] = Field(
         default_factory=dict,
         description="bakeoff compare's gate: metric -> threshold, e.g. {tpot_ms_p50: 5%} (bakeoff.analysis.thresholds)",
@@ -143,6 +145,12 @@ class CampaignSpec(Strict):
         if self.repeats == "auto":
             return self.max_repeats or self.min_repeats
         return self.repeats
+
+    @model_validator(mode="after")
+    def _tune_target(self) -> CampaignSpec:
+        if self.tune is not None:
+            self.tune.target(self.workloads)
+        return self
 
     @model_validator(mode="after")
     def _ladder(self) -> CampaignSpec:

@@ -23,7 +23,7 @@ from bakeoff.campaign.progress import assumptions, campaign_estimate, duration
 from bakeoff.campaign.rehearsal import gpu_host_text
 from bakeoff.campaign.resume import failed_cells
 from bakeoff.campaign.specs import load_campaign
-from bakeoff.cli import history_cmd, trace_cmd
+from bakeoff.cli import history_cmd, trace_cmd, tune_cmd
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
@@ -46,6 +46,7 @@ Compare LLM serving frameworks with identical requests.
   bakeoff campaign   validate or run servers x knobs x workloads into a report
   bakeoff report     render a campaign's report again from its saved results
   bakeoff advise     name the next knob to turn and write the campaign that tests it
+  bakeoff tune       search each server's knobs under the SLO, then compare the picks
   bakeoff backends   list backends, show the exact launch for a knob set
   bakeoff trace      inspect a production trace, or convert it to bakeoff's JSONL
   bakeoff model      generate the local test model
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_commands(sub)
     trace_cmd.add_trace_commands(sub)
     history_cmd.add_history_commands(sub)
+    tune_cmd.add_tune_command(sub)
     _plain_help(parser)
     return parser
 
@@ -330,7 +332,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 # Commands that measure or hold a server: a SIGTERM (timeout, docker stop, systemd, Kubernetes) stops them as
 # Ctrl-C does, so the run still writes its summary and tears its server down.
-GRACEFUL_ON_SIGTERM = ("bench", "campaign", "serve")
+GRACEFUL_ON_SIGTERM = ("bench", "campaign", "serve", "tune")
 
 
 def _sigterm_as_sigint(signum: int, frame: object) -> None:
@@ -344,6 +346,7 @@ def _sigterm_as_sigint(signum: int, frame: object) -> None:
         handler(signal.SIGINT, frame)  # type: ignore[arg-type]
         return
     raise KeyboardInterrupt
+
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,6 +370,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "report": cmd_report,
         "advise": cmd_advise,
         "trace": trace_cmd.cmd_trace,
+        "tune": tune_cmd.cmd_tune,
         **history_cmd.HANDLERS,
         "schedule": cmd_schedule,
     }

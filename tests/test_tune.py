@@ -1,0 +1,199 @@
+"""``bakeoff tune`` on a planted surface: the reference server's load model answers to knobs.
+
+The backend below is the reference server (vLLM wire profile) with its planted load model
+(:mod:`bakeoff.ref.batching`) wired to bakeoff knobs: ``max_num_seqs`` is its slot count (TTFT
+queues below the concurrency), ``max_num_batched_tokens`` its token budget (small: many prefill
+steps, large: slower decode steps, so the best budget is inside the range), and
+``quantization: int4`` is a planted broken configuration: faster decode, garbled answers.
+The figures are never compared with millisecond expectations, only with each other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from bakeoff.campaign import tune as tuning
+from bakeoff.campaign.specs import load_campaign
+from bakeoff.campaign.tune import STUDY_FILE, resolve_groups, tune_campaign
+from bakeoff.errors import SpecError
+from bakeoff.results.store import read_json
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.knobs import broken_constraints
+from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
+
+CONCURRENCY = 4
+QUALITY = [
+    {"id": "capital", "kind": "exact", "prompt": "Capital of France?", "answer": "Paris is the capital", "max_tokens": 8},
+    {"id": "colour", "kind": "exact", "prompt": "Colour of the sky?", "answer": "the sky is blue", "max_tokens": 8},
+]
+
+
+def backend_yaml(canned: Path) -> str:
+    return f"""\
+name: refplant
+display_name: reference server with a planted load model (test)
+runtime: process
+accelerator: cpu
+command: ["{{python}}", "-m", "bakeoff.ref.server", "--port", "{{port}}", "--model", "{{served_model_name}}",
+          "--profile", "vllm", "--canned", "{canned}", "--ttft-ms", "10", "--itl-ms", "6",
+          "--itl-per-running-ms", "2", "--prefill-step-ms", "12", "--itl-per-budget-token-ms", "0.08"]
+health: {{path: /health, timeout_s: 20, interval_s: 0.05}}
+cache_reset: {{kind: none}}
+metrics:
+  names: {{running: "vllm:num_requests_running", waiting: "vllm:num_requests_waiting"}}
+knobs:
+  max_num_seqs: {{type: int, default: 1, flag: --slots, minimum: 1}}
+  max_num_batched_tokens: {{type: int, default: 4, flag: --token-budget, minimum: 1}}
+  quantization:
+    type: str
+    default: none
+    flag: --itl-ms
+    choices: [none, int4]
+    value_map: {{none: null, int4: ["1", "--garble"]}}
+tune:
+  knobs:
+    max_num_seqs: {{low: 1, high: 16, log: true}}
+    max_num_batched_tokens: {{low: 2, high: 1024, log: true}}
+    quantization: {{choices: [none, int4]}}
+"""
+
+
+def campaign_yaml(model: Path, quality: Path, tune: dict[str, Any]) -> str:
+    raw = {
+        "name": "planted",
+        "model": {"path": str(model), "served_name": "m"},
+        "servers": [{"backend": "refplant", "label": "ref", "knobs": {"max_num_seqs": 1, "max_num_batched_tokens": 4}}],
+        "workloads": [
+            {"kind": "concurrency", "name": "chat", "levels": [CONCURRENCY], "requests_per_level": 4 * CONCURRENCY,
+             "warmup_requests": 0, "input_len": 96, "output_len": 12}
+        ],
+        "slo": {"ttft_ms": 2000},
+        "measure_warm_restart": False,
+        "repeats": 1,
+        "quality": {"prompts": str(quality), "concurrency": 2},
+        "tune": tune,
+    }  # fmt: skip
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+@pytest.fixture
+def planted(tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    canned = tmp_path / "canned.json"
+    canned.write_text(json.dumps({q["prompt"]: q["answer"] for q in QUALITY}))
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "refplant.yaml").write_text(backend_yaml(canned))
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUALITY))
+    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
+    yield tmp_path
+
+
+def write_campaign(root: Path, model: Path, **tune: Any) -> Path:
+    path = root / "c.yaml"
+    path.write_text(campaign_yaml(model, root / "q.jsonl", tune))
+    return path
+
+
+def test_the_tuner_finds_the_planted_optimum_and_rejects_the_broken_region(planted: Path, tiny_model: Path) -> None:
+    path = write_campaign(planted, tiny_model, trials=14, finalists=2, repeats=2, seed=3)
+    report = tune_campaign(path, out_dir=planted / "out")
+    result = read_json(planted / "out" / "tune.json")
+    (group,) = result["groups"]
+    trials = group["trials"]
+    assert len(trials) == 14
+    assert any(t["state"] == "pruned" for t in trials)  # the worst quarter of the probes stopped early
+    # Every garbled (int4) trial that ran to the end failed the quality gate, and none was a finalist.
+    broken = [t for t in trials if t["knobs"]["quantization"] == "int4" and t["state"] in ("rejected", "complete")]
+    assert broken and all(t["state"] == "rejected" for t in broken)
+    assert all(c["knobs"]["quantization"] == "none" for c in group["finalists"])
+    # The pick: slots for the whole concurrency, a budget between the planted extremes.
+    chosen = group["chosen"]
+    assert chosen["trial"] is not None, group["vs_untuned"]
+    assert chosen["knobs"]["max_num_seqs"] >= CONCURRENCY
+    assert 8 <= chosen["knobs"]["max_num_batched_tokens"] <= 256
+    # ... measured better than the untuned start (one slot, a tiny budget) by the comparison test.
+    assert group["vs_untuned"]["outcome"] == "win"
+    assert chosen["mean"] > 1.5 * group["untuned"]["mean"]
+    # The report, the trial table, the plots and a re-runnable campaign of the pick.
+    text = report.read_text()
+    assert "Rejected by the quality gate" in text and "tuned vs tuned" in text and "as given" in text
+    for name in ("trials.csv", "trace.png", "pareto.png"):
+        assert (planted / "out" / name).stat().st_size > 0
+    best = load_campaign(planted / "out" / "best" / "ref.yaml")
+    assert best.servers[0].knobs == chosen["knobs"] and best.tune is None
+
+
+def test_an_interrupted_tune_resumes_without_measuring_finished_trials_again(
+    planted: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_campaign(planted, tiny_model, trials=4, finalists=1, repeats=2, seed=1, prune=False)
+    out = planted / "out"
+    real = tuning.run_cell
+    calls: list[str] = []
+
+    def interrupted_on_the_fourth(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])  # (campaign_dir, label, workload, repeat)
+        if len(calls) == 4:  # the untuned start, two trials, then Ctrl-C in the third trial
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "run_cell", interrupted_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        tune_campaign(path, out_dir=out)
+    finished = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+    assert len(finished) == 3  # the untuned start and two trials; the third never started its server
+
+    measured: list[tuple[str, int]] = []
+    monkeypatch.setattr(tuning, "run_cell", lambda *a, **k: (measured.append((a[1], a[3])), real(*a, **k))[1])
+    tune_campaign(path, out_dir=out)
+    # Nothing finished was measured again: its cell.json is the same file.
+    assert {n: (out / "cells" / n / "cell.json").stat().st_mtime_ns for n in finished} == finished
+    assert not {(calls[0], 1), (calls[1], 1), (calls[2], 1)} & set(measured)
+    assert (calls[3], 1) in measured  # the interrupted trial's configuration, measured now
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
+    study = optuna.load_study(study_name="ref", storage=storage)
+    states = [t.state for t in study.get_trials()]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 4
+    assert states.count(optuna.trial.TrialState.FAIL) == 1  # the interrupted one, measured again as a new trial
+    interrupted = next(t for t in study.get_trials() if t.state == optuna.trial.TrialState.FAIL)
+    assert any(t.params == interrupted.params for t in study.get_trials() if t.state.is_finished() and t.values)
+
+
+def test_spaces_are_checked_against_the_backend_before_anything_starts(planted: Path, tiny_model: Path) -> None:
+    spec = load_campaign(write_campaign(planted, tiny_model, knobs={"max_num_seqs": {"low": 0, "high": 8}}))
+    with pytest.raises(SpecError, match=r"tune .*knobs.max_num_seqs: .*below the minimum.*narrow the range"):
+        resolve_groups(spec, spec.tune)  # type: ignore[arg-type]
+    spec = load_campaign(write_campaign(planted, tiny_model, only=["threads"]))
+    with pytest.raises(SpecError, match="no server's backend maps threads"):
+        resolve_groups(spec, spec.tune)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"tune.load: 3 is not a load of 'chat'"):
+        load_campaign(write_campaign(planted, tiny_model, load=3))
+    with pytest.raises(SpecError, match="tune.knobs.max_num_seqs: a range needs both low and high"):
+        load_campaign(write_campaign(planted, tiny_model, knobs={"max_num_seqs": {"low": 1}}))
+
+
+def test_shipped_spaces_follow_the_cost_order_and_their_constraints_bind() -> None:
+    vllm = load_backend("vllm-cpu")
+    assert vllm.tune is not None
+    stages = [stage_of(k) for k in ordered(vllm.tune)]
+    assert stages == sorted(stages, key=lambda s: (*COST_ORDER, "other").index(s))
+    assert stages[0] == "caps"
+    space = TuneSpace.model_validate(vllm.tune.model_dump())
+    unchunked = {"chunked_prefill": False, "max_model_len": 2048, "max_num_batched_tokens": 512}
+    assert broken_constraints(space, vllm, unchunked)
+    assert not broken_constraints(space, vllm, {**unchunked, "chunked_prefill": True})
+    assert not broken_constraints(space, vllm, {**unchunked, "max_num_batched_tokens": 4096})
+
+
+def test_the_cli_names_a_bad_tune_section(planted: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bakeoff.cli.main import main
+
+    path = write_campaign(planted, tiny_model, objective="fastest")
+    assert main(["tune", str(path)]) == 2
+    assert "tune.objective" in capsys.readouterr().err
