@@ -30,7 +30,7 @@ from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 
 CONCURRENCY = 4
 QUALITY = [
-    {"id": "capital", "kind": "exact", "prompt": "Capital of France?", "answer": "Paris is the capital", "max_tokens": 8},
+    {"id": "capital", "kind": "exact", "prompt": "Capital of France?", "answer": "Paris is it", "max_tokens": 8},
     {"id": "colour", "kind": "exact", "prompt": "Colour of the sky?", "answer": "the sky is blue", "max_tokens": 8},
 ]
 
@@ -42,8 +42,8 @@ display_name: reference server with a planted load model (test)
 runtime: process
 accelerator: cpu
 command: ["{{python}}", "-m", "bakeoff.ref.server", "--port", "{{port}}", "--model", "{{served_model_name}}",
-          "--profile", "vllm", "--canned", "{canned}", "--ttft-ms", "10", "--itl-ms", "6",
-          "--itl-per-running-ms", "2", "--prefill-step-ms", "12", "--itl-per-budget-token-ms", "0.08"]
+          "--profile", "vllm", "--canned", "{canned}", "--ttft-ms", "5", "--itl-ms", "3",
+          "--itl-per-running-ms", "1", "--prefill-step-ms", "6", "--itl-per-budget-token-ms", "0.04"]
 health: {{path: /health, timeout_s: 20, interval_s: 0.05}}
 cache_reset: {{kind: none}}
 metrics:
@@ -71,8 +71,8 @@ def campaign_yaml(model: Path, quality: Path, tune: dict[str, Any]) -> str:
         "model": {"path": str(model), "served_name": "m"},
         "servers": [{"backend": "refplant", "label": "ref", "knobs": {"max_num_seqs": 1, "max_num_batched_tokens": 4}}],
         "workloads": [
-            {"kind": "concurrency", "name": "chat", "levels": [CONCURRENCY], "requests_per_level": 4 * CONCURRENCY,
-             "warmup_requests": 0, "input_len": 96, "output_len": 12}
+            {"kind": "concurrency", "name": "chat", "levels": [CONCURRENCY], "requests_per_level": 3 * CONCURRENCY,
+             "warmup_requests": 0, "input_len": 96, "output_len": 10}
         ],
         "slo": {"ttft_ms": 2000},
         "measure_warm_restart": False,
@@ -101,12 +101,12 @@ def write_campaign(root: Path, model: Path, **tune: Any) -> Path:
 
 
 def test_the_tuner_finds_the_planted_optimum_and_rejects_the_broken_region(planted: Path, tiny_model: Path) -> None:
-    path = write_campaign(planted, tiny_model, trials=14, finalists=2, repeats=2, seed=3)
+    path = write_campaign(planted, tiny_model, trials=10, finalists=2, repeats=2, seed=3)
     report = tune_campaign(path, out_dir=planted / "out")
     result = read_json(planted / "out" / "tune.json")
     (group,) = result["groups"]
     trials = group["trials"]
-    assert len(trials) == 14
+    assert len(trials) == 10
     assert any(t["state"] == "pruned" for t in trials)  # the worst quarter of the probes stopped early
     # Every garbled (int4) trial that ran to the end failed the quality gate, and none was a finalist.
     broken = [t for t in trials if t["knobs"]["quantization"] == "int4" and t["state"] in ("rejected", "complete")]
@@ -146,7 +146,7 @@ def test_an_interrupted_tune_resumes_without_measuring_finished_trials_again(
     monkeypatch.setattr(tuning, "run_cell", interrupted_on_the_fourth)
     with pytest.raises(KeyboardInterrupt):
         tune_campaign(path, out_dir=out)
-    finished = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
     assert len(finished) == 3  # the untuned start and two trials; the third never started its server
 
     measured: list[tuple[str, int]] = []
@@ -174,7 +174,7 @@ def test_spaces_are_checked_against_the_backend_before_anything_starts(planted: 
         resolve_groups(spec, spec.tune)  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"tune.load: 3 is not a load of 'chat'"):
         load_campaign(write_campaign(planted, tiny_model, load=3))
-    with pytest.raises(SpecError, match="tune.knobs.max_num_seqs: a range needs both low and high"):
+    with pytest.raises(SpecError, match=r"tune\.knobs\.max_num_seqs: a range needs both low and high"):
         load_campaign(write_campaign(planted, tiny_model, knobs={"max_num_seqs": {"low": 1}}))
 
 

@@ -48,7 +48,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import yaml
@@ -186,13 +186,13 @@ def trial_workloads(wl: Workload, load: float, tune: TuneSpec) -> tuple[Workload
         probe = wl.model_copy(update={"name": f"{wl.label}-probe", "levels": [level], "requests_per_level": requests})
         return full, probe
     assert isinstance(wl, OpenLoop)  # TuneSpec.target admitted nothing else
-    full = wl if tune.objective == "max_load" else wl.model_copy(update={"rates": [load]})
-    full = full.model_copy(update={"slo_search": False})
+    rates = wl.rates if tune.objective == "max_load" else [load]
+    opened = wl.model_copy(update={"rates": rates, "slo_search": False})
     requests = max(math.ceil(wl.requests_per_rate * tune.probe_share), 16)
-    probe = wl.model_copy(
+    probe_open = wl.model_copy(
         update={"name": f"{wl.label}-probe", "rates": [load], "requests_per_rate": requests, "slo_search": False}
     )
-    return full, probe
+    return opened, probe_open
 
 
 def trial_label(group: str, knobs: dict[str, KnobValue]) -> str:
@@ -299,7 +299,7 @@ def _gpus(knobs: dict[str, KnobValue], backend: BackendSpec) -> int:
 
 
 def _study(storage: JournalStorage, group: Group, tune: TuneSpec, index: int) -> optuna.Study:
-    directions = ["maximize", "maximize"] if tune.objective == "pareto" else ["maximize"]
+    directions: list[Literal["minimize", "maximize"]] = ["maximize"] * (2 if tune.objective == "pareto" else 1)
     startup = max(2, min(5, tune.trials // 3))  # random trials before TPE models the space
     sampler = optuna.samplers.TPESampler(seed=tune.seed + index, n_startup_trials=startup)
     pruner = optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=startup, n_warmup_steps=0)

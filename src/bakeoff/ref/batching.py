@@ -37,12 +37,18 @@ from typing import Protocol
 
 
 class _Timed(Protocol):
-    ttft_ms: float
-    itl_ms: float
-    itl_per_running_ms: float
-    token_budget: int
-    prefill_step_ms: float
-    itl_per_budget_token_ms: float
+    @property
+    def ttft_ms(self) -> float: ...
+    @property
+    def itl_ms(self) -> float: ...
+    @property
+    def itl_per_running_ms(self) -> float: ...
+    @property
+    def token_budget(self) -> int: ...
+    @property
+    def prefill_step_ms(self) -> float: ...
+    @property
+    def itl_per_budget_token_ms(self) -> float: ...
 
 
 class _Gauges(Protocol):

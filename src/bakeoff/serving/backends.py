@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bakeoff.errors import SpecError
 from bakeoff.paths import BACKENDS_ENV, backend_dirs, shipped
 from bakeoff.schema import format_validation_error
-from bakeoff.serving.tune_space import KnobValue, TuneSpace
+from bakeoff.serving.tune_space import KnobValue as KnobValue  # re-exported: every knob value's type
+from bakeoff.serving.tune_space import TuneSpace
 
 # The shared vocabulary: every backend maps a subset of these, never anything else.
 KNOB_VOCABULARY: dict[str, str] = {
