@@ -35,8 +35,23 @@ def test_advice_follows_the_cost_order_and_the_diagnosis(folder: Path) -> None:
     assert "preemptions" in memory.markdown()
     batching = steps["llamacpp"]  # four slots, twelve waiting: more slots
     assert (batching.knob, batching.current, batching.proposed) == ("max_num_seqs", 4, 16)
-    healthy = steps["vllm-ok"]  # batching pays, the cap (256) is far above the load: try an 8-bit KV cache
-    assert (healthy.stage, healthy.knob, healthy.proposed) == ("quantization", "kv_cache_dtype", "fp8")
+    # Batching pays, the cap (256) is far above the load, the KV pool 30 % used: no knob follows from the series.
+    assert "vllm-ok" not in steps
+
+
+def test_advice_follows_from_the_series_it_cites() -> None:
+    # The demo: slots capped at 4 of 8 offered, 4 waiting, cores busy, KV under 1 %: the cap first, never KV.
+    diagnosis = classify("llamacpp", "w", planted.capped_on_a_busy_cpu())
+    step = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 4})
+    assert step is not None and (step.knob, step.current, step.proposed) == ("max_num_seqs", 4, 8), step
+    assert "sat at the cap of 4" in step.reason
+    # With the cap out of the way (slots for all 8) the compute-bound advice skips the 8-bit KV cache.
+    later = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8})
+    assert later is not None and (later.stage, later.knob) == ("parallelism", "threads")
+    # A memory-bound server (KV 98 %, preemptions) may be offered one once the cheap knob is spent.
+    memory = classify("v", "w", planted.memory_bound())
+    step = next_step(memory, load_backend("vllm-cpu"), {"max_num_seqs": 1})
+    assert step is not None and (step.knob, step.proposed) == ("kv_cache_dtype", "fp8")
 
 
 def test_memory_advice_moves_on_when_the_cheap_knob_is_spent() -> None:
@@ -56,6 +71,8 @@ def test_advise_writes_a_campaign_that_validates(folder: Path, capsys: pytest.Ca
     variant = next(s for s in spec.servers if s.label == "vllm-tight-max_num_seqs-4")
     assert variant.knobs == {"max_model_len": 2048, "max_num_seqs": 4}
     assert [w.label for w in spec.workloads] == ["sweep"]
+    # Only the advised change, at the level the diagnosis cites: not the whole sweep again.
+    assert spec.workloads[0].levels == [16] and not spec.measure_warm_restart  # type: ignore[union-attr]
     # What `bakeoff campaign validate` says about it, as a user would run it.
     assert main(["campaign", "validate", str(out)]) == 0
     assert yaml.safe_load(out.read_text())["slo"] == {"ttft_ms": 2000, "tpot_ms": 100}
@@ -94,3 +111,14 @@ def test_an_impossible_tpot_is_called_a_measurement_problem(folder: Path) -> Non
     table = report_why.roofline_table(folder)
     table.loc[0, "efficiency"] = 3.0
     assert "measurement problem" in report_why.roofline_notes(table)[0]
+
+
+def test_advise_hands_its_advice_to_tune(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["advise", str(folder), "--tune"]) == 0
+    printed = capsys.readouterr().out
+    assert "bakeoff tune" in printed and "validated" in printed
+    spec = load_campaign(folder / "advice-tune.yaml")
+    assert spec.tune is not None and spec.tune.only == ["max_num_seqs"] and spec.tune.load == 16
+    assert {s.label for s in spec.servers} == {"vllm-tight", "llamacpp"}
+    seqs = spec.tune.knobs["max_num_seqs"]
+    assert seqs.low is not None and seqs.high is not None and seqs.low <= 4 and seqs.high >= 16

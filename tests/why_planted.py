@@ -82,6 +82,15 @@ def bandwidth_bound() -> list[Level]:
     ]
 
 
+def capped_on_a_busy_cpu() -> list[Level]:
+    """The demo's llama.cpp: 4 slots at concurrency 8, 4 waiting, both cores busy, KV pool under 1 % used."""
+    top = series(kv_cache_usage=0.0075, preemptions=0, running=4, waiting=np.linspace(3, 5, T.size), cpu_cores=1.9)
+    return [
+        Level(1, 60.0, 40.0, 50.0, 15.0, series(kv_cache_usage=0.001, running=1, waiting=0, cpu_cores=1.0), 2),
+        Level(8, 70.0, 1280.0, 1900.0, 55.0, top, 2),
+    ]
+
+
 def _summary(level: Level) -> RunSummary:
     def stat(p50: float | None, p99: float | None = None) -> Stat:
         return Stat(n=64, mean=p50, p50=p50, p90=p99, p95=p99, p99=p99)

@@ -13,9 +13,18 @@ cheapest to try first:
 
 and proposes the first change that addresses the diagnosed bound, that the backend has,
 that its spec accepts (:func:`bakeoff.serving.knobs.check_knob`) and that differs from the value
-measured. :func:`write_campaign` writes a campaign that runs the current configuration
-and the proposed one side by side on the same workload, model and SLO; ``bakeoff advise``
-validates it before saying so.
+measured. Each advice must follow from the series it cites
+(:class:`bakeoff.analysis.diagnosis.Signals`):
+
+- a batching cap is raised first, whatever the bound, when requests waited while the number
+  running sat at the cap below the offered load (and the KV pool was not the reason);
+- an 8-bit KV cache is proposed only when the KV pool was near full or requests were preempted.
+
+:func:`write_campaign` writes a campaign that runs the current configuration and the proposed
+one side by side, on the diagnosed load level of the workload concerned only (the advised change
+and nothing else), same model and SLO; ``bakeoff advise`` validates it before saying so.
+:func:`write_tune_campaign` hands the advice to ``bakeoff tune`` instead: the current servers
+with a ``tune:`` section searching just the advised knobs, around the proposed values.
 """
 
 from __future__ import annotations
@@ -33,8 +42,7 @@ from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.results.layout import load_cells
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.serving.knobs import check_knob
-
-COST_ORDER = ("caps", "quantization", "kv_share", "context", "parallelism")
+from bakeoff.serving.tune_space import COST_ORDER as COST_ORDER  # the one cost order, shared with tune
 
 
 @dataclass
@@ -84,6 +92,20 @@ def _seqs_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis)
     return target, "Let more requests share a batch: the engine had room while requests queued."
 
 
+def _cap_binds(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
+    """Requests waited while running sat at the cap, below the offered load, and not for want of KV."""
+    cur = _current(backend, knobs, "max_num_seqs")
+    seen = d.signals
+    if not isinstance(cur, int) or d.level is None or cur >= d.level or seen.kv_pressure or not seen.queued():
+        return None
+    if seen.running_max is None or seen.running_max < cur:
+        return None
+    return max(cur * 2, int(d.level)), (
+        f"Requests waited ({seen.waiting_mean:.1f} on average) while running sat at the cap of {cur} "
+        f"with {d.level:g} offered: let more requests share a batch."
+    )
+
+
 def _seqs_up_if_capped(
     backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis
 ) -> tuple[KnobValue, str] | None:
@@ -111,8 +133,8 @@ def _budget_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosi
 
 def _kv_fp8(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
     spec = backend.knobs.get("kv_cache_dtype")
-    if spec is None or not spec.choices:
-        return None
+    if spec is None or not spec.choices or not d.signals.kv_pressure:
+        return None  # a KV pool with room to spare gains nothing from holding twice the tokens
     for choice in ("fp8", "fp8_e4m3", "q8_0"):
         if choice in spec.choices:
             return choice, "An 8-bit KV cache holds about twice the tokens and halves the KV bytes read per step."
@@ -154,6 +176,9 @@ def _threads_all(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagno
     return cores, f"Bind all {cores} cores to compute."
 
 
+# Tried first for every bound: the cheapest knob, when the series show it binding.
+_FIRST: tuple[str, str, Proposal] = ("caps", "max_num_seqs", _cap_binds)
+
 # bound -> (stage, knob, proposal) in cost order.
 _PLAYBOOK: dict[Bound, tuple[tuple[str, str, Proposal], ...]] = {
     "memory": (
@@ -187,7 +212,7 @@ _PLAYBOOK: dict[Bound, tuple[tuple[str, str, Proposal], ...]] = {
 
 def next_step(diagnosis: Diagnosis, backend: BackendSpec, knobs: Mapping[str, KnobValue]) -> Step | None:
     """The cheapest change that addresses the diagnosis and the backend accepts."""
-    for stage, knob, propose in _PLAYBOOK[diagnosis.bound]:
+    for stage, knob, propose in (_FIRST, *_PLAYBOOK[diagnosis.bound]):
         if knob not in backend.knobs:
             continue
         found = propose(backend, knobs, diagnosis)
@@ -245,9 +270,8 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
         variant = {**base, "label": step.label, "knobs": {**(base.get("knobs") or {}), step.knob: step.proposed}}
         if all(s["label"] != variant["label"] for s in servers):
             servers.append(variant)
-    wanted = {s.workload for s in steps}
-    workloads = [w for w in raw["workloads"] if str(w.get("name") or w.get("kind")) in wanted]
-    keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "measure_warm_restart")
+    workloads = _advised_workloads(raw, steps)
+    keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "repeats", "interleave")
     advice = {
         "name": f"{raw['name']}-advice",
         "description": "Written by `bakeoff advise` from "
@@ -255,10 +279,76 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
         + ": "
         + " ".join(f"{s.server}: {s.knob} {s.current!r} -> {s.proposed!r} ({s.diagnosis.bound}-bound)." for s in steps),
         **{k: raw[k] for k in keep if k in raw},
+        "measure_warm_restart": False,  # the advice is about speed at a load: no restart timing
         "servers": servers,
         "workloads": workloads,
     }
     header = "# The next knob to turn, against the current configuration (bakeoff advise).\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + yaml.safe_dump(advice, sort_keys=False))
+    return out
+
+
+def _advised_workloads(raw: dict[str, Any], steps: list[Step]) -> list[dict[str, Any]]:
+    """The workloads the steps concern; a concurrency sweep cut to the levels the diagnoses cite."""
+    levels: dict[str, set[int]] = {}
+    for step in steps:
+        cited = levels.setdefault(step.workload, set())
+        if step.diagnosis.level is not None:
+            cited.add(int(step.diagnosis.level))
+    found = []
+    for w in raw["workloads"]:
+        name = str(w.get("name") or w.get("kind"))
+        if name not in levels:
+            continue
+        if w.get("kind") == "concurrency" and levels[name] & set(w.get("levels") or []):
+            w = {**w, "levels": sorted(levels[name] & set(w["levels"]))}
+        found.append(w)
+    return found
+
+
+def _tune_range(backend: BackendSpec, step: Step) -> dict[str, Any]:
+    """A search range around the measured and the proposed value of a step's knob."""
+    spec = backend.knobs[step.knob]
+    values = [v for v in (step.current, step.proposed) if v is not None]
+    if spec.type in ("int", "float") and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        low, high = min(float(v) for v in values), max(float(v) for v in values)  # type: ignore[arg-type]
+        low, high = low / 2, high * 2
+        if spec.minimum is not None:
+            low = max(low, spec.minimum)
+        if spec.maximum is not None:
+            high = min(high, spec.maximum)
+        if spec.type == "int":
+            return {"low": max(int(low), 1), "high": int(high), "log": True}
+        return {"low": round(low, 3), "high": round(high, 3)}
+    return {"choices": list(dict.fromkeys(values))}
+
+
+def write_tune_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
+    """The advice handed to ``bakeoff tune``: the advised servers as measured, searching the advised knobs."""
+    if not steps:
+        raise SpecError(f"{campaign_dir}: no advice to tune from (no measured diagnosis with a knob left to turn)")
+    raw: dict[str, Any] = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
+    servers = [{**servers_raw[name], "label": name} for name in dict.fromkeys(s.server for s in steps)]
+    first = steps[0]
+    ranges: dict[str, Any] = {}
+    for step in steps:
+        ranges.setdefault(step.knob, _tune_range(load_backend(step.backend), step))
+    tune: dict[str, Any] = {"workload": first.workload, "only": list(ranges), "knobs": ranges}
+    if first.diagnosis.level is not None:
+        tune["load"] = first.diagnosis.level
+    keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "quality")
+    advice = {
+        "name": f"{raw['name']}-advice",
+        "description": "Written by `bakeoff advise --tune` from " + str(campaign_dir.resolve()),
+        **{k: raw[k] for k in keep if k in raw},
+        "measure_warm_restart": False,
+        "servers": servers,
+        "workloads": [w for w in raw["workloads"] if str(w.get("name") or w.get("kind")) == first.workload],
+        "tune": tune,
+    }
+    header = "# The advised knobs, to search from here: bakeoff tune this-file (written by bakeoff advise --tune).\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + yaml.safe_dump(advice, sort_keys=False))
     return out

@@ -57,6 +57,56 @@ class Level:
     cpus: int | None = None  # cores of the machine the engine ran on
 
 
+@dataclass(frozen=True)
+class Signals:
+    """What the series said at the level a diagnosis cites: what advice must follow from.
+
+    None where the server exports no such series (llama.cpp has no KV-usage gauge).
+    """
+
+    kv_peak: float | None = None  # highest KV-cache usage share
+    preemptions: float | None = None  # preemptions during the window
+    waiting_mean: float | None = None
+    waiting_growth: float | None = None  # mean waiting over the last third minus the first third
+    running_max: float | None = None
+
+    @property
+    def kv_pressure(self) -> bool:
+        """The KV pool was near full or requests were preempted: only then does KV quantization follow."""
+        return (self.kv_peak is not None and self.kv_peak >= KV_FULL) or bool(self.preemptions)
+
+    def queued(self) -> bool:
+        return self.waiting_mean is not None and self.waiting_mean >= WAITING
+
+    def text(self) -> str:
+        parts = []
+        if self.kv_peak is not None:
+            parts.append(f"KV-cache usage peaked at {self.kv_peak:.1%}")
+        if self.preemptions is not None:
+            parts.append(f"{self.preemptions:.0f} preemptions")
+        if self.waiting_mean is not None:
+            parts.append(f"{self.waiting_mean:.1f} requests waiting on average")
+        if self.running_max is not None:
+            parts.append(f"at most {self.running_max:.0f} running")
+        return ", ".join(parts)
+
+
+def signals(level: Level) -> Signals:
+    kv, pre = _col(level.series, "kv_cache_usage"), _col(level.series, "preemptions")
+    waiting, running = _col(level.series, "waiting"), _col(level.series, "running")
+    growth = None
+    if waiting is not None:
+        third = max(len(waiting) // 3, 1)
+        growth = float(waiting.iloc[-third:].mean() - waiting.iloc[:third].mean())
+    return Signals(
+        kv_peak=float(kv.max()) if kv is not None else None,
+        preemptions=float(pre.iloc[-1] - pre.iloc[0]) if pre is not None else None,
+        waiting_mean=float(waiting.mean()) if waiting is not None else None,
+        waiting_growth=growth,
+        running_max=float(running.max()) if running is not None else None,
+    )
+
+
 @dataclass
 class Diagnosis:
     server: str
@@ -65,6 +115,7 @@ class Diagnosis:
     headline: str
     evidence: list[str] = field(default_factory=list)
     level: float | None = None  # the load level the evidence is from
+    signals: Signals = field(default_factory=Signals)  # the series at that level
 
     def markdown(self) -> str:
         cited = "; ".join(self.evidence)
@@ -194,21 +245,24 @@ def classify(server: str, workload: str, levels: Sequence[Level]) -> Diagnosis:
     for level in reversed(ordered):
         evidence = _memory(level)
         if evidence:
-            return Diagnosis(server, workload, "memory", _HEADLINES["memory"], evidence, level.concurrency)
+            return Diagnosis(
+                server, workload, "memory", _HEADLINES["memory"], evidence, level.concurrency, signals(level)
+            )
     checks: tuple[tuple[Bound, list[str]], ...] = (
         ("batching", _batching(high)),
         ("compute", _compute(low, high)),
         ("scheduling", _scheduling(low, high)),
     )
+    seen = signals(high)
     for bound, evidence in checks:
         if evidence:
-            return Diagnosis(server, workload, bound, _HEADLINES[bound], evidence, high.concurrency)
+            return Diagnosis(server, workload, bound, _HEADLINES[bound], evidence, high.concurrency, seen)
     scaling = _scaling(low, high)
     if scaling is not None and scaling[0] >= SCALING * scaling[1]:
         gain, scale = scaling
         cited = [f"throughput grew {gain:.1f}x for {scale:g}x concurrency"]
-        return Diagnosis(server, workload, "bandwidth", _HEADLINES["bandwidth"], cited, high.concurrency)
-    return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"], [], high.concurrency)
+        return Diagnosis(server, workload, "bandwidth", _HEADLINES["bandwidth"], cited, high.concurrency, seen)
+    return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"], [], high.concurrency, seen)
 
 
 def levels_of_cell(cell: CellResult) -> list[Level]:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TypeAlias
 
-from bakeoff.analysis.advisor import advise, write_campaign
+from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
 from bakeoff.campaign import recurring
 from bakeoff.campaign.cells import validate_campaign
 from bakeoff.campaign.execute import render_report, run_campaign
@@ -193,6 +193,12 @@ def _add_report_commands(sub: Subcommands) -> None:
     advise = sub.add_parser("advise", help="the next knob to turn, from a campaign's diagnosis, as a campaign to run")
     advise.add_argument("campaign_dir", type=Path, help="a campaign folder, e.g. reports/cpu-demo")
     advise.add_argument("--out", type=Path, help="the campaign file to write (default: CAMPAIGN_DIR/advice.yaml)")
+    advise.add_argument(
+        "--tune",
+        action="store_true",
+        help="write a campaign for `bakeoff tune` that searches the advised knobs instead (default file: "
+        "CAMPAIGN_DIR/advice-tune.yaml)",
+    )
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -324,6 +330,17 @@ def cmd_advise(args: argparse.Namespace) -> int:
     steps = advise(folder)
     for step in steps:
         print(f"- {step.markdown()}")
+    if args.tune:
+        from bakeoff.campaign.specs import load_campaign
+        from bakeoff.campaign.tune import resolve_groups
+        from bakeoff.campaign.tune_spec import TuneSpec
+
+        out = write_tune_campaign(folder, steps, args.out or folder / "advice-tune.yaml")
+        spec = load_campaign(out)
+        groups = resolve_groups(spec, spec.tune or TuneSpec())  # the hand-off is only worth writing if it tunes
+        knobs = sorted({k for g in groups for k in g.knobs})
+        print(f"campaign: {out} (validated); tune {', '.join(knobs)} from here with: bakeoff tune {out}")
+        return 0
     out = write_campaign(folder, steps, args.out or folder / "advice.yaml")
     cells = validate_campaign(out)  # the advice is only worth writing if it runs
     print(f"campaign: {out} ({len(cells)} cells, validated); run it with: bakeoff campaign run {out}")
