@@ -312,7 +312,7 @@ def _tune_range(backend: BackendSpec, step: Step) -> dict[str, Any]:
     spec = backend.knobs[step.knob]
     values = [v for v in (step.current, step.proposed) if v is not None]
     if spec.type in ("int", "float") and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        low, high = min(float(v) for v in values), max(float(v) for v in values)  # type: ignore[arg-type]
+        low, high = min(float(v) for v in values), max(float(v) for v in values)
         low, high = low / 2, high * 2
         if spec.minimum is not None:
             low = max(low, spec.minimum)
