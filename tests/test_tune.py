@@ -197,3 +197,34 @@ def test_the_cli_names_a_bad_tune_section(planted: Path, tiny_model: Path, capsy
     path = write_campaign(planted, tiny_model, objective="fastest")
     assert main(["tune", str(path)]) == 2
     assert "tune.objective" in capsys.readouterr().err
+
+
+def test_a_pareto_tune_keeps_both_figures(planted: Path, tiny_model: Path) -> None:
+    path = write_campaign(planted, tiny_model, objective="pareto", trials=3, finalists=1, repeats=2, seed=5)
+    tune_campaign(path, out_dir=planted / "out")
+    result = read_json(planted / "out" / "tune.json")
+    assert result["figure"] == "tok_s_per_gpu" and result["budget"]["prune"] is False
+    (group,) = result["groups"]
+    done = [t for t in group["trials"] if t["state"] in ("complete", "rejected")]
+    assert done and all(len(t["values"]) == 2 for t in done)
+    assert all(t["figures"]["tok_s_per_user"] > 0 and t["figures"]["tok_s_per_gpu"] > 0 for t in done)
+    assert len(group["finalists"]) <= 1 and len(group["untuned"]["values"]) == 2
+
+
+def test_a_trial_the_campaign_cannot_run_is_refused_before_it_is_written(planted: Path, tiny_model: Path) -> None:
+    from bakeoff.campaign.tune import _add_server
+
+    out = planted / "out"
+    path = write_campaign(planted, tiny_model)
+    spec = load_campaign(path)
+    assert spec.tune is not None
+    full, probe = tuning.trial_workloads(spec.workloads[0], 4, spec.tune)
+    out.mkdir()
+    source = out / "src.yaml"
+    source.write_text(yaml.safe_dump(tuning._source_campaign(spec, full, probe, spec.tune)))
+    tuning.prepare(source, out)
+    before = (out / "campaign.yaml").read_text()
+    bad = {"backend": "refplant", "label": "ref-bad", "knobs": {"max_num_seqs": 0}}
+    with pytest.raises(SpecError, match="max_num_seqs"):
+        _add_server(out, bad)
+    assert (out / "campaign.yaml").read_text() == before

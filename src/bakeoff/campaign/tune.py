@@ -56,6 +56,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
+from pydantic import ValidationError
 
 from bakeoff.analysis.tune_compare import Comparison, compare
 from bakeoff.analysis.verdict import meets
@@ -74,6 +75,7 @@ from bakeoff.results.layout import CAMPAIGN_COPY, QUALITY_FILE, cell_folder_name
 from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.store import SUMMARY, atomic_write_bytes, read_summary, write_json
 from bakeoff.results.summary import RunSummary
+from bakeoff.schema import format_validation_error
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.serving.containers import reap_containers
 from bakeoff.serving.knobs import broken_constraints, check_knob, resolve_space
@@ -217,11 +219,22 @@ def _source_campaign(spec: CampaignSpec, full: Workload, probe: Workload, tune: 
 
 
 def _add_server(out: Path, server: dict[str, Any]) -> None:
-    """Append a trial's server entry to the tune folder's campaign (once per label)."""
+    """Append a trial's server entry to the tune folder's campaign (once per label).
+
+    The campaign with it is checked first (knobs, context lengths against the workload): a
+    trial the campaign cannot run is refused here, and never written where every later cell
+    of the tune would trip over it.
+    """
     raw = yaml.safe_load((out / CAMPAIGN_COPY).read_text())
-    if all(s.get("label") != server["label"] for s in raw["servers"]):
-        raw["servers"].append(server)
-        atomic_write_bytes(out / CAMPAIGN_COPY, yaml.safe_dump(raw, sort_keys=False).encode())
+    if any(s.get("label") == server["label"] for s in raw["servers"]):
+        return
+    raw["servers"].append(server)
+    try:
+        spec = CampaignSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(server["label"], exc)) from exc
+    expand(spec, resolve_model(spec.model).local_dir, only=[server["label"]])
+    atomic_write_bytes(out / CAMPAIGN_COPY, yaml.safe_dump(raw, sort_keys=False).encode())
 
 
 def measure(out: Path, label: str, workload: str, repeat: int = 1, *, check_quality: bool = True) -> Path:
