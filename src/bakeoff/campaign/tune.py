@@ -415,7 +415,7 @@ def _run_trial(
         cell_dir / QUALITY_FILE, base_cell / QUALITY_FILE, tune.quality.min_agreement, tune.quality.max_rate_drop
     )
     if passed is False:
-        finish("rejected", f"quality: {why}", figures=found, quality=why)
+        finish("rejected", "failed the quality gate", figures=found, quality=why)
         return
     value = objective(found, target)
     slo = "SLO met" if found["slo_met"] else "SLO missed"

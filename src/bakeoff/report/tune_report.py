@@ -101,8 +101,9 @@ def markdown(result: dict[str, Any]) -> str:
             cells = [str(t["knobs"].get(k)) for k in g["searched"]]
             slo = {True: "yes", False: "no"}.get(f.get("slo_met"), "-")
             shown = f"{value:,.3g}" if isinstance(value, int | float) else "-"
+            shown += " (probe)" if t["state"] == "pruned" else " (n=1)"
             lines.append(
-                f"| {t['number']} | " + " | ".join(cells) + f" | {shown} (n=1) | {slo} | {t['quality']} | "
+                f"| {t['number']} | " + " | ".join(cells) + f" | {shown} | {slo} | {t['quality']} | "
                 f"{t['seconds'] or 0:,.0f} | {t['state']}: {t['note']} |"
             )
     lines += ["", "![search trace](trace.png)", "", "![trials on the Pareto plot](pareto.png)", ""]
