@@ -208,7 +208,8 @@ def trial_label(group: str, knobs: dict[str, KnobValue]) -> str:
 
 def _source_campaign(spec: CampaignSpec, full: Workload, probe: Workload, tune: TuneSpec) -> dict[str, Any]:
     raw = spec.model_dump(mode="json", exclude_none=True)
-    raw.pop("tune", None)
+    for key in ("tune", "max_repeats"):  # a tune's repeats are its own (finalists), never auto
+        raw.pop(key, None)
     raw.update(
         name=f"{spec.name}-tune",
         workloads=[full.model_dump(mode="json", exclude_none=True), probe.model_dump(mode="json", exclude_none=True)],
