@@ -119,7 +119,9 @@ def run_cell(
         for attempt in range(1, spec.start_attempts + 1):
             try:
                 with CellServer(start, cell.backend, restarts) as server:
-                    _measure_cell(spec, cell, plans, tokenizer.count, server, cell_dir, effort, info, summaries, check_quality)
+                    _measure_cell(
+                        spec, cell, plans, tokenizer.count, server, cell_dir, effort, info, summaries, check_quality
+                    )
                 break
             except LaunchError as exc:
                 # Failed starts (a restart's too) are part of the engineering effort: record each, then retry.

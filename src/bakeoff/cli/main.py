@@ -365,7 +365,6 @@ def _sigterm_as_sigint(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     graceful = args.command in GRACEFUL_ON_SIGTERM and threading.current_thread() is threading.main_thread()
