@@ -228,10 +228,17 @@ PLANTED_ITL_MS = 20.0
 PLANTED_GAP_MS = 200.0
 
 
-def lateness_ms(url: str) -> float:
+def lateness_counters(url: str) -> tuple[float, float]:
+    """The reference server's own (seconds late, chunks sent) so far."""
     with urllib.request.urlopen(url + "/ref/metrics") as resp:
         counters = parse_prometheus(resp.read().decode())
-    return 1000.0 * counters["bakeoff_ref_late_seconds_total"] / max(counters["bakeoff_ref_chunks_total"], 1.0)
+    return counters["bakeoff_ref_late_seconds_total"], counters["bakeoff_ref_chunks_total"]
+
+
+def lateness_ms(url: str, since: tuple[float, float] = (0.0, 0.0)) -> float:
+    """Mean ms late per chunk since an earlier reading of :func:`lateness_counters`."""
+    late_s, chunks = lateness_counters(url)
+    return 1000.0 * (late_s - since[0]) / max(chunks - since[1], 1.0)
 
 
 @pytest.mark.precision
@@ -250,16 +257,19 @@ def test_a_reasoning_run_reports_planted_first_token_times(profile: str, tmp_pat
     plan = RunPlan("c2", "closed", {}, concurrency=2, warmup=chat_requests(2, -2), requests=chat_requests(8))
     with serve_reference(profile=profile, **options) as url:
         target = RunTarget(client_settings(url), load_backend(profile), show_progress=False)
-        summary = execute_plan(plan, target, tmp_path)
+        summary = execute_plan(plan, target, tmp_path / "try1")
         late = lateness_ms(url)
+        if late > 1.0:
+            # A burst of other work made the server itself miss its schedule: measure once more.
+            before = lateness_counters(url)
+            summary = execute_plan(plan, target, tmp_path / "try2")
+            late = lateness_ms(url, before)
     assert summary.requests.ok == 8 and summary.requests.failed == 0
     assert summary.tokens.reasoning == 8 * REASONING_TOKENS
     assert summary.tokens.completion - summary.tokens.reasoning == 8 * ANSWER_TOKENS
     assert summary.tokens.reasoning_sources == {SOURCES[profile]: 8}
     latency = summary.latency
-    if late > 1.0:
-        # On a saturated machine the server misses its own schedule; so would any client.
-        pytest.skip(f"machine too busy for a 1% check: the reference server ran {late:.1f} ms late per chunk")
+    assert late <= 1.0, f"the reference server ran {late:.1f} ms late per chunk twice: run the precision tests alone"
     assert latency.ttft_ms.p50 == pytest.approx(PLANTED_TTFT_MS, rel=0.01)
     assert latency.ttfr_ms.p50 == pytest.approx(PLANTED_TTFT_MS, rel=0.01)
     assert latency.ttfa_ms.p50 == pytest.approx(planted_ttfa, rel=0.01)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import ErrorDetails
 
 
 class Strict(BaseModel):
@@ -102,7 +101,7 @@ def _tags(expected: object) -> list[str]:
     return re.findall(r"'([^']+)'", str(expected))
 
 
-def _message(item: ErrorDetails, root: type[BaseModel] | None, hints: Mapping[str, str] | None) -> tuple[str, str]:
+def _message(item: Mapping[str, Any], root: type[BaseModel] | None, hints: Mapping[str, str] | None) -> tuple[str, str]:
     """One error as (location, message) in the user's words."""
     loc = tuple(item["loc"])
     where = written_location(root, loc)

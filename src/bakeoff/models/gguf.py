@@ -176,7 +176,8 @@ def tensor_types(path: Path) -> dict[str, int]:
     """How many tensors of each type a GGUF holds (``{"Q4_0": 14, "Q6_K": 1, "F32": 5}``): the
     effective weight types, since llama-quantize falls back to another type for tensors whose
     rows do not fit the asked one's block (Q4_K needs rows of 256: a 128-wide model gets Q5_0)."""
-    # gguf-py is installed by install-llamacpp.sh with the converter, not a harness dependency.
+    # gguf (the modelgen extra; install-llamacpp.sh puts the vendored copy beside the converter) is
+    # needed only where a GGUF is read, not by every bakeoff command.
     from gguf import GGUFReader
 
     counts: dict[str, int] = {}

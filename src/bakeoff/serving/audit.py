@@ -39,7 +39,7 @@ from bakeoff.serving.knobs import value_key
 from bakeoff.serving.wheel_scan import ConfigField, Flag, Metric, Site, WheelIndex, scan_wheel
 
 # Bump when wheel_scan reads more or differently: cached indexes are then read again.
-SCAN_VERSION = 7
+SCAN_VERSION = 8
 # The OpenAI-compatible endpoints the load generator sends requests to.
 CLIENT_ROUTES = ("/v1/completions", "/v1/chat/completions")
 

@@ -303,6 +303,7 @@ _VALIDATOR = re.compile(r"^_*(reject|verify|validate|check)_\w+")
 def _calls(path: str, tree: ast.Module, index: WheelIndex) -> None:
     """Flags, metrics, routes and start-up checks: every call and function of the file, wherever it sits."""
     visitor = _Visitor(path, index)
+    named_by_variable: list[str] = []  # kinds of constructors whose name is a variable, not a literal
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and _VALIDATOR.match(node.name):
             index.validators.setdefault(node.name, visitor.site(node))
@@ -313,14 +314,34 @@ def _calls(path: str, tree: ast.Module, index: WheelIndex) -> None:
         if name == "add_argument":
             visitor._argument(node)
         elif any(kind in lowered for kind in _METRIC_KINDS) and (name[:1].isupper() or lowered.endswith("_cls")):
-            metric = _string(node.args[0]) if node.args else _string(_keywords(node).get("name"))
+            argument = node.args[0] if node.args else _keywords(node).get("name")
+            metric = _string(argument)
+            kind = next(k for k in _METRIC_KINDS if k in lowered)
             if metric and (":" in metric or "_" in metric):
-                kind = next(k for k in _METRIC_KINDS if k in lowered)
                 index.metrics.setdefault(metric, Metric(metric, kind, visitor.site(node)))
+            elif isinstance(argument, ast.Name):
+                named_by_variable.append(kind)
         elif name in _ROUTE_METHODS and node.args:
             route = _string(node.args[0])
             if route is not None and route.startswith("/"):
                 index.routes.setdefault(route, visitor.site(node))
+    if len(set(named_by_variable)) == 1:
+        _metric_tables(tree, named_by_variable[0], visitor, index)
+
+
+_METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z0-9_]+$")
+
+
+def _metric_tables(tree: ast.Module, kind: str, visitor: _Visitor, index: WheelIndex) -> None:
+    """Metrics made in a loop over ``(name, documentation)`` tuples (vLLM's spec-decode counters).
+
+    Only where every variable-named constructor of the file is of one kind, so the kind is known.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and len(node.elts) >= 2:
+            name = _string(node.elts[0])
+            if name and _METRIC_NAME.match(name):
+                index.metrics.setdefault(name, Metric(name, kind, visitor.site(node)))
 
 
 def _class_flags(index: WheelIndex) -> None:
