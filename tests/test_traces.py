@@ -426,8 +426,8 @@ def test_mooncake_replay_sends_on_the_scaled_schedule_and_reuses_what_the_ids_de
     first = min(r.scheduled_ns for r in records)
     scheduled = [(r.scheduled_ns - first) / 1e9 for r in records]
     assert scheduled == pytest.approx([row.at_s * SCALE for row in replay.rows], abs=1e-6)
-    # Never sent early (a timer may fire within its millisecond); how late is the precision test's below.
-    assert min(r.start_ns - r.scheduled_ns for r in records) > -1_000_000
+    # Never sent early; how late is the precision test's below.
+    assert min(r.start_ns - r.scheduled_ns for r in records) >= 0
     summary = replay.summary
     assert summary.prefix_cache is not None
     designed = brute_force_reuse([(r.prompt_tokens, r.blocks) for r in replay.rows], 512)

@@ -218,10 +218,7 @@ async def open_loop(
     # request due meanwhile goes out that late.
     gc.freeze()
     limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    loop = asyncio.get_running_loop()
-    now_ns = time.perf_counter_ns()
-    start_ns = now_ns if start_ns is None else start_ns
-    start = loop.time() + (start_ns - now_ns) / 1e9
+    start_ns = time.perf_counter_ns() if start_ns is None else start_ns
     tasks = []
 
     async def one(item: PlannedRequest) -> None:
@@ -234,9 +231,11 @@ async def open_loop(
             on_record(await client.send(item, record))
 
     for item in sorted(requests, key=lambda r: r.arrival_s):
-        delay = start + item.arrival_s - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        due_ns = start_ns + int(item.arrival_s * 1e9)
+        # uvloop's timers round to the millisecond and its clock is cached per iteration, so
+        # one sleep may wake up to a millisecond early: sleep again until the clock says due.
+        while (wait_ns := due_ns - time.perf_counter_ns()) > 0:
+            await asyncio.sleep(wait_ns / 1e9)
         tasks.append(asyncio.create_task(one(item)))
     await asyncio.gather(*tasks)
     gc.unfreeze()  # collectable again once the schedule is over
