@@ -14,7 +14,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -33,12 +33,15 @@ SPECIAL_TOKENS = ["<|begin|>", "<|end|>", "<|pad|>", "<|system|>", "<|user|>", "
 
 @dataclass(frozen=True)
 class Preset:
+    """A Llama's shape (random-weight presets here; the trained ones' architecture too)."""
+
     vocab_size: int
     hidden_size: int
     num_layers: int
     num_heads: int
     num_kv_heads: int
     intermediate_size: int
+    # Positions the server accepts (a trained model uses its recipe's seq_len of them).
     max_position_embeddings: int
 
 
@@ -207,16 +210,12 @@ def silent_token_ids(tokenizer: object) -> list[int]:
     return sorted(set(ids))
 
 
-def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
-    """Write config, random bf16 safetensors weights and the tokenizer into ``out_dir``."""
-    if preset not in PRESETS:
-        raise SpecError(f"preset {preset!r} unknown; choose one of: {', '.join(PRESETS)}")
-    import torch  # deferred: the modelgen extra (torch loads in seconds)
-    from transformers import LlamaConfig, LlamaForCausalLM
+def llama_config(spec: Preset, tokenizer: Any, dtype: str | None = None) -> Any:
+    """The transformers ``LlamaConfig`` of ``spec``, with ``tokenizer``'s special-token ids."""
+    from transformers import LlamaConfig  # deferred: the modelgen extra
 
-    spec = PRESETS[preset]
-    tokenizer = train_tokenizer(spec.vocab_size, seed)
-    config = LlamaConfig(
+    extra = {"dtype": dtype} if dtype else {}
+    return LlamaConfig(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         num_hidden_layers=spec.num_layers,
@@ -225,11 +224,23 @@ def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
         intermediate_size=spec.intermediate_size,
         max_position_embeddings=spec.max_position_embeddings,
         tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,  # type: ignore[attr-defined]
-        eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
-        pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
-        dtype="bfloat16",
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **extra,
     )
+
+
+def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
+    """Write config, random bf16 safetensors weights and the tokenizer into ``out_dir``."""
+    if preset not in PRESETS:
+        raise SpecError(f"preset {preset!r} unknown; choose one of: {', '.join(PRESETS)}")
+    import torch  # deferred: the modelgen extra (torch loads in seconds)
+    from transformers import LlamaForCausalLM
+
+    spec = PRESETS[preset]
+    tokenizer = train_tokenizer(spec.vocab_size, seed)
+    config = llama_config(spec, tokenizer, dtype="bfloat16")
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     with torch.no_grad():

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bakeoff.models.modelgen import train_tokenizer
+from bakeoff.models.modelgen import Preset, llama_config, train_tokenizer
 from bakeoff.models.world import END, WorldRecipe, corpus, exam, recipe_digest
 
 log = logging.getLogger(__name__)
@@ -35,23 +35,11 @@ TRAINED_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class Architecture:
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    intermediate_size: int
-    # Positions the server accepts; training uses seq_len of them (the card says which).
-    max_position_embeddings: int
-
-
-@dataclass(frozen=True)
 class TrainRecipe:
     """What a trained model is a function of (hashed into its cache key)."""
 
     name: str
-    arch: Architecture
+    arch: Preset
     world: WorldRecipe = field(default_factory=WorldRecipe)
     steps: int = 700
     batch_size: int = 16
@@ -64,7 +52,7 @@ class TrainRecipe:
 # head_dim 64 throughout: vLLM's CPU attention kernels reject smaller heads.
 TRAINED = TrainRecipe(
     name="trained",
-    arch=Architecture(
+    arch=Preset(
         vocab_size=1536,
         hidden_size=128,
         num_layers=3,
@@ -78,7 +66,7 @@ TRAINED = TrainRecipe(
 TRAINED_DRAFT = replace(
     TRAINED,
     name="trained-draft",
-    arch=Architecture(
+    arch=Preset(
         vocab_size=1536,
         hidden_size=64,
         num_layers=1,
@@ -165,27 +153,14 @@ def _normal(text: str) -> str:
 def train(recipe: TrainRecipe, out_dir: Path, threads: int | None = None) -> dict[str, Any]:
     """Train ``recipe`` into ``out_dir`` (HF folder, bf16 safetensors) and return its card figures."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(recipe.seed)
     # One thread by default: on cores shared with other work, two OpenMP threads spin-wait on each
     # other (a step took 7 s with two threads and 0.6 s with one on this 2-core machine).
     torch.set_num_threads(threads or int(os.environ.get("BAKEOFF_TRAIN_THREADS", "1")))
     tokenizer = _tokenizer(recipe)
-    spec = recipe.arch
-    config = LlamaConfig(
-        vocab_size=spec.vocab_size,
-        hidden_size=spec.hidden_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        intermediate_size=spec.intermediate_size,
-        max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = llama_config(recipe.arch, tokenizer)
     model = LlamaForCausalLM(config)
     inputs, targets = _windows(_encode(tokenizer, corpus(recipe.world)), recipe.seq_len)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
@@ -242,7 +217,7 @@ def train(recipe: TrainRecipe, out_dir: Path, threads: int | None = None) -> dic
         "exact_rate": {group: round(rate, 4) for group, rate in sorted(rates.items())},
         "chance_rate": round(1 / recipe.world.countries, 4),
         "world": asdict(recipe.world),
-        "architecture": asdict(spec),
+        "architecture": asdict(recipe.arch),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
