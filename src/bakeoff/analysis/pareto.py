@@ -86,8 +86,15 @@ def front(pts: pd.DataFrame, margin: float = MIN_EFFECT) -> pd.DataFrame:
     return pts[keep].sort_values(X).reset_index(drop=True)
 
 
-def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: str, axis: Axis = "throughput") -> Any:
-    """Every server's points on the same axes, levels joined per server, the front drawn over them."""
+def figure(
+    pts: pd.DataFrame,
+    workload: str,
+    palette: Mapping[str, Any],
+    unit: str,
+    axis: Axis = "throughput",
+    margin: float = MIN_EFFECT,
+) -> Any:
+    """Every server's points on the same axes, levels joined per server, the front (at ``margin``) drawn over them."""
     import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only the report (the report extra) draws
     import seaborn as sns
 
@@ -98,7 +105,7 @@ def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: s
     )
     for _, row in data.iterrows():
         ax.annotate(f"{row['level']:g}", (row[X], row[Y]), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    best = front(data)
+    best = front(data, margin)
     if not best.empty:
         ax.step(best[X], best[Y], where="pre", color="black", linewidth=1.2, linestyle="--", label="Pareto front")
         ax.scatter(best[X], best[Y], s=90, facecolors="none", edgecolors="black", zorder=3)
