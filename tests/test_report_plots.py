@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bakeoff.analysis import pareto
 from bakeoff.report.plots import server_palette, telemetry_figure
 from bakeoff.report.tables import _row, sweep_figure
 from bakeoff.results.layout import CellResult
@@ -91,3 +92,21 @@ def test_the_telemetry_plot_draws_one_labelled_line_per_repeat() -> None:
     names = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"repeat 1", "repeat 2", "repeat 3"} <= set(names)
     assert len({line.get_linestyle() for line in lines}) == 3
+
+
+def test_the_pareto_plot_starts_its_axes_at_zero() -> None:
+    # Two servers 2% apart: drawn from 0, the gap reads as the noise it is.
+    frame = pd.DataFrame(
+        {
+            "workload": "w",
+            "server": ["a", "b"],
+            "run": "c4",
+            "concurrency": 4,
+            "rate": None,
+            "output_tok_s": [300.0, 306.0],
+            "tok_s_per_user_p50": [70.0, 71.0],
+        }
+    )
+    pts = pareto.points(frame, {})
+    ax = pareto.figure(pts, "w", server_palette(["a", "b"]), "machine").axes[0]
+    assert ax.get_xlim()[0] == 0.0 and ax.get_ylim()[0] == 0.0

@@ -116,6 +116,9 @@ def figure(
     else:
         ax.set_ylabel(f"throughput: output tok/s per {unit}")
         ax.set_title(f"{workload}: throughput vs interactivity (labels: concurrency or rate)")
+    # From 0: a gap the size of the noise between two points must not look like a trade-off.
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -7,6 +7,7 @@ Pareto front and any other figure, whichever subset of servers a figure shows.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -98,7 +99,15 @@ def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, 
         f"{workload}: server telemetry over the measured window (about 1 sample / s; one line per repeat; "
         f"counter rates over a trailing {RATE_WINDOW_S:g} s, as one scrape interval reads scrape timing)"
     )
-    fig.suptitle(title + (f"\n0 throughout: {', '.join(flat)}" if flat else ""), x=0.02, ha="left", fontsize=10)
-    fig.subplots_adjust(left=0.1 if cols == 1 else 0.06, right=0.98, top=1 - 0.9 / (0.9 + 1.7 * rows), hspace=0.35)
+    # Wrapped to the figure (the legend takes the right side of the header); the header grows with it.
+    width_in = 1.5 + 3.4 * cols
+    lines = textwrap.wrap(title, width=max(int(width_in * 9), 40))
+    if flat:
+        lines += textwrap.wrap(f"0 throughout: {', '.join(flat)}", width=max(int(width_in * 9), 40))
+    header_in = 0.3 + 0.2 * len(lines)
+    fig.set_size_inches(width_in, header_in + 1.7 * rows)
+    fig.suptitle("\n".join(lines), x=0.02, ha="left", fontsize=9)
+    top = 1 - (header_in + 0.2) / (header_in + 1.7 * rows)
+    fig.subplots_adjust(left=0.1 if cols == 1 else 0.06, right=0.98, top=top, hspace=0.35)
     plt.close(fig)
     return fig

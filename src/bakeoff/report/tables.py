@@ -298,13 +298,13 @@ def _sweep_axes(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 # The tail a latency panel draws: P99 where every repeat of a level supports it, else the highest below.
-_TAILS: tuple[tuple[str, str, Literal["--", ":"]], ...] = (("p99", "P99", "--"), ("p90", "P90", ":"))
+_TAILS: tuple[tuple[str, str, Literal["--", ":"], str], ...] = (("p99", "P99", "--", "^"), ("p90", "P90", ":", "v"))
 
 
 def _tail_stat(rows: pd.DataFrame, metric: str) -> str | None:
     """The highest tail percentile every run in ``rows`` supports (their unsupported_figures say which not)."""
     marks = [m or {} for m in rows["unsupported_figures"]] if "unsupported_figures" in rows else [{}]
-    for stat, _, _ in _TAILS:
+    for stat, _, _, _ in _TAILS:
         if all(f"{metric}_{stat}" not in m for m in marks) and rows[f"{metric}_{stat}"].notna().all():
             return stat
     return None
@@ -338,14 +338,16 @@ def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | N
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     servers = sorted(data["server"].unique())
 
-    def draw(ax: Any, server: str, column: str, style: str, mask: dict[float, bool] | None = None) -> None:
+    def draw(
+        ax: Any, server: str, column: str, style: str, mask: dict[float, bool] | None = None, marker: str = "o"
+    ) -> None:
         levels = sweep_levels(data[data["server"] == server], axis, column).set_index(axis)
         # Reindexed on every measured level: a level this server lacks (or does not support) breaks the line.
         levels = levels.reindex(measured)
         if mask is not None:
             levels.loc[[lv for lv in measured if not mask.get(lv, False)], ["mean", "min", "max"]] = float("nan")
         colour = colours.get(server)
-        ax.plot(levels.index, levels["mean"], linestyle=style, marker="o", markersize=4, color=colour)
+        ax.plot(levels.index, levels["mean"], linestyle=style, marker=marker, markersize=4, color=colour)
         spread = levels[levels["count"] > 1]
         if not spread.empty and style == "-":
             ax.fill_between(levels.index, levels["min"], levels["max"], color=colour, alpha=0.15, linewidth=0)
@@ -357,13 +359,13 @@ def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | N
         for ax, metric in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
             draw(ax, server, f"{metric}_p50", "-")
             chosen = {float(lv): _tail_stat(rows, metric) for lv, rows in own.groupby(axis)}
-            for stat, label, style in _TAILS:
+            for stat, label, style, marker in _TAILS:
                 mask = {lv: s == stat for lv, s in chosen.items()}
                 if any(mask.values()):
                     tails_drawn.add(label)
-                    draw(ax, server, f"{metric}_{stat}", style, mask)
-    tails = [(label, style) for _, label, style in _TAILS if label in tails_drawn]
-    tail_text = ", ".join(f"{label} {'dashed' if style == '--' else 'dotted'}" for label, style in tails)
+                    draw(ax, server, f"{metric}_{stat}", style, mask, marker)
+    tails = [(label, style, marker) for _, label, style, marker in _TAILS if label in tails_drawn]
+    tail_text = ", ".join(f"{label} {'dashed ▲' if style == '--' else 'dotted ▼'}" for label, style, _ in tails)
     titles = (
         "output tokens/s",
         f"TTFT ms (P50 solid{', ' + tail_text if tail_text else ''})",
@@ -381,7 +383,9 @@ def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | N
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     handles: list[Any] = [Line2D([], [], color=colours.get(s), linewidth=2, label=s) for s in servers]
-    handles += [Line2D([], [], color="grey", linestyle=style, label=label) for label, style in tails]
+    handles += [
+        Line2D([], [], color="grey", linestyle=style, marker=marker, label=label) for label, style, marker in tails
+    ]
     handles.append(Patch(color="grey", alpha=0.25, label="band: range of the repeats"))
     axes[0].legend(handles=handles, fontsize=7)
     rehearsal = bool(data["rehearsal"].any()) if "rehearsal" in data else False
