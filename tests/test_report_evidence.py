@@ -133,3 +133,12 @@ def test_the_slo_says_it_is_judged_on_the_sample_maximum_where_runs_support_no_p
     table = report.confidence_table(small)
     p99 = table["TTFT P99 ms"].iloc[0]
     assert p99.startswith("P50 50.0 [") and p99.endswith("P99 needs ≥100 per run"), p99
+
+
+def test_the_diagnosis_cites_the_same_level_means_as_the_findings() -> None:
+    # Two repeats at 16 (800 and 1000 tok/s): 9.0x from the means, as Findings says, not 8x or 10x.
+    levels = planted.bandwidth_bound()
+    top = levels[-1]
+    levels.append(Level(16, 1000.0, top.ttft_p50_ms, top.ttft_p99_ms, top.tpot_p50_ms, top.series, 2))
+    found = classify("a", "sweep", levels, efficiency=0.8)
+    assert "throughput grew 9.0x for 16x concurrency" in found.evidence

@@ -271,8 +271,10 @@ def classify(server: str, workload: str, levels: Sequence[Level], efficiency: fl
     ordered = sorted(levels, key=lambda lv: lv.concurrency)
     if not ordered:
         return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"])
-    low, high = ordered[0], ordered[-1]
-    # The busiest level with memory evidence: preemptions may show before the top level.
+    # Figures from each level's mean over its repeats (the numbers Findings and the verdict show).
+    means = _level_means(ordered)
+    low, high = means[0], means[-1]
+    # The busiest level with memory evidence (any repeat's): preemptions may show before the top level.
     for level in reversed(ordered):
         evidence = _memory(level)
         if evidence:
@@ -298,6 +300,31 @@ def classify(server: str, workload: str, levels: Sequence[Level], efficiency: fl
         scaled: Bound = "overhead" if efficiency is not None and efficiency < NEAR_FLOOR else "bandwidth"
         return Diagnosis(server, workload, scaled, _HEADLINES[scaled], cited, high.concurrency, seen)
     return Diagnosis(server, workload, "unknown", _unknown(ordered), [], high.concurrency, seen)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _level_means(ordered: Sequence[Level]) -> list[Level]:
+    """One Level per concurrency: the mean of its repeats' figures, the series of its first repeat with one."""
+    out: list[Level] = []
+    for concurrency in sorted({lv.concurrency for lv in ordered}):
+        group = [lv for lv in ordered if lv.concurrency == concurrency]
+        series = next((lv.series for lv in group if lv.series is not None), None)
+        out.append(
+            Level(
+                concurrency,
+                _mean([lv.output_tok_s for lv in group]),
+                _mean([lv.ttft_p50_ms for lv in group]),
+                _mean([lv.ttft_p99_ms for lv in group]),
+                _mean([lv.tpot_p50_ms for lv in group]),
+                series,
+                group[0].cpus,
+            )
+        )
+    return out
 
 
 def levels_of_cell(cell: CellResult) -> list[Level]:
