@@ -14,7 +14,8 @@ import why_planted as planted
 from bakeoff.analysis.diagnosis import Level, classify
 from bakeoff.report import explain as report_why
 from bakeoff.report import tables as report
-from bakeoff.results.summary import SteadyWindow, Throughput, Tokens
+from bakeoff.results.store import read_summary, write_summary
+from bakeoff.results.summary import Latency, Stat, SteadyWindow, Throughput, Tokens
 from verdict_planted import run
 
 
@@ -142,3 +143,16 @@ def test_the_diagnosis_cites_the_same_level_means_as_the_findings() -> None:
     levels.append(Level(16, 1000.0, top.ttft_p50_ms, top.ttft_p99_ms, top.tpot_p50_ms, top.series, 2))
     found = classify("a", "sweep", levels, efficiency=0.8)
     assert "throughput grew 9.0x for 16x concurrency" in found.evidence
+
+
+def test_request_class_tables_apply_the_support_rule(tmp_path: Path) -> None:
+    # 24 long-prompt requests: their P99 is no P99; the table shows the P90 they support, named.
+    folder = verdict_planted.campaign(tmp_path / "c", {"a": {4: [100.0]}})
+    path = folder / "cells" / "a__sweep" / "runs" / "c4" / "summary.json"
+    summary = read_summary(path)
+    long = Latency(ttft_ms=Stat(n=24, mean=300.0, p50=290.0, p90=400.0, p99=700.0), tpot_ms=Stat(n=24, p50=9.0))
+    short = Latency(ttft_ms=Stat(n=200, p50=40.0, p90=60.0, p99=90.0))
+    write_summary(path, summary.model_copy(update={"by_group": {"long": long, "short": short}}))
+    table = report.group_table(folder).set_index("class")
+    assert table.loc["long", "TTFT P99 ms"] == "P90 400.00 (n=24; P99 needs ≥100)"
+    assert table.loc["short", "TTFT P99 ms"] == 90.0  # 200 requests support it

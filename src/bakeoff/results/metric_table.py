@@ -725,6 +725,16 @@ def supported_text(dist: Stat, stat: StatName, digits: int = 2) -> str:
     )
 
 
+def shown(dist: Stat, stat: StatName) -> float | str | None:
+    """A table cell for ``stat`` of ``dist``: the number where the sample supports it, else :func:`supported_text`.
+
+    None where there is no sample at all (a class no request fell in).
+    """
+    if dist.n == 0 and dist.unsupported is None:
+        return None
+    return dist.value(stat) if dist.supported(stat) else supported_text(dist, stat)
+
+
 def unsupported_figures(summary: RunSummary) -> dict[str, str]:
     """Frame column -> what to show instead of a figure that is not a measurement (:func:`supported_text`)."""
     found: dict[str, str] = {}
