@@ -109,14 +109,16 @@ def test_bench_terminal_names_its_own_flag_and_shows_disagreeing_rates_side_by_s
                 excluded_ramp=14,
                 excluded_tail=16,
                 minimum_met=False,
-                warning="the window held 2 requests; raise requests_per_slot for a steady window",
+                warning="the steady-state window held 2 requests over 0.8 s, short of min_requests 16 / "
+                "min_duration_s 0: the level ran out of planned requests (or reached duration_s) first; raise "
+                "requests_per_slot or lower the minimums",
             ),
         }
     )
     table = report.summary_table({"c16": summary})
     assert "2.42 (tok/s: 4.40)" in table  # never one rate printed as if steady
     warnings = report.run_warnings("", summary, more_requests="--num-requests")
-    assert any("raise --num-requests for a steady window" in w for w in warnings), warnings
+    assert any(w.endswith("reached duration_s) first; raise --num-requests") for w in warnings), warnings
     assert not any("requests_per_slot" in w for w in warnings)
     assert any("is 4.40 req/s: too few requests" in w for w in warnings)
     # n=2 supports a P50 only: the P99 column shows it, named.
