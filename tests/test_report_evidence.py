@@ -158,3 +158,14 @@ def test_request_class_tables_apply_the_support_rule(tmp_path: Path) -> None:
     table = report.group_table(folder).set_index("class")
     assert table.loc["long", "TTFT P99 ms"] == "P90 400.00 (n=24; P99 needs ≥100)"
     assert table.loc["short", "TTFT P99 ms"] == 90.0  # 200 requests support it
+
+
+def test_a_flattened_sweep_is_said_to_buy_latency_only_where_tpot_rose(tmp_path: Path, small_model: Path) -> None:
+    flat = [Level(1, 100.0, 20.0, 25.0, 10.0, None, 2), Level(8, 200.0, 30.0, 40.0, 10.0, None, 2)]
+    rising = [Level(1, 100.0, 20.0, 25.0, 10.0, None, 2), Level(8, 200.0, 30.0, 40.0, 40.0, None, 2)]
+    cells = {"flat": ("vllm-cpu", {}, flat), "rising": ("vllm-cpu", {}, rising)}
+    findings = report.diagnose(report.results_frame(planted.campaign_folder(tmp_path / "f", small_model, cells)))
+    (held,) = [n for n in findings if n.startswith("flat /")]
+    (rose,) = [n for n in findings if n.startswith("rising /")]
+    assert "TPOT P50 rose 1.0x — throughput stopped scaling" in held and "bought latency" not in held
+    assert "TPOT P50 rose 4.0x — more concurrency bought latency, not throughput" in rose

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from bakeoff.analysis import verdict
+from bakeoff.analysis.diagnosis import TPOT_FLAT
 from bakeoff.errors import SpecError
 from bakeoff.report.measured_apart import measured_apart_note
 from bakeoff.report.plots import server_palette
@@ -504,9 +505,12 @@ def _scaling_notes(who: str, closed: pd.DataFrame) -> list[str]:
     if gain >= 0.5 * scale:
         notes.append(f"{who}: throughput grew {gain:.1f}x {where}{tpot_text} — batching still pays.")
     else:
+        # A conclusion only as far as the numbers go: "bought latency" needs TPOT to have risen.
+        bought = tpot is not None and not pd.isna(tpot) and tpot >= TPOT_FLAT
+        what = "more concurrency bought latency, not throughput" if bought else "throughput stopped scaling"
         notes.append(
-            f"{who}: throughput grew only {gain:.1f}x {where}{tpot_text} — more concurrency bought latency, "
-            "not throughput (what limits it: the diagnosis under Why)."
+            f"{who}: throughput grew only {gain:.1f}x {where}{tpot_text} — {what} (what limits it: the "
+            "diagnosis under Why)."
         )
     p50, p99 = hi["ttft_ms_p50"], hi["ttft_ms_p99"]
     top = closed[closed["concurrency"] == hi_c]
