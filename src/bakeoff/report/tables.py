@@ -100,11 +100,11 @@ def run_warnings(name: str, summary: RunSummary, more_requests: str = "requests_
     name = f"{name}: " if name else ""
     window = summary.window
     if window is not None and window.warning:
-        text = window.warning
+        hint = window.warning
         if more_requests != "requests_per_slot":
             # The minimums are a campaign's settings; where the caller has no flag for them, only its own flag.
-            text = text.replace("raise requests_per_slot or lower the minimums", f"raise {more_requests}")
-        out.append(f"{name}{text.replace('requests_per_slot', more_requests)}")
+            hint = hint.replace("raise requests_per_slot or lower the minimums", f"raise {more_requests}")
+        out.append(f"{name}{hint.replace('requests_per_slot', more_requests)}")
     for text in (summary.chunking.warning, summary.short_completions.warning):
         if text:
             out.append(f"{name}{text}")
