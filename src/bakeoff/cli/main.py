@@ -245,6 +245,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             print(result.line())
         return 1 if any(r.status == "refused" for r in results) else 0
     if args.campaign_command == "validate":
+        measured = calibrate(history_root())  # read once: every file's estimate rests on the same history
         for path in args.files:
             cells = validate_campaign(campaign_file(path))
             note = ""
@@ -255,7 +256,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             for warning in unset_warnings(spec):
                 print(f"  {warning}", file=sys.stderr)
             auto = (spec.min_repeats, spec.planned_repeats) if spec.repeats == "auto" else None
-            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, calibrate(history_root()))}")
+            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured)}")
         return 0
     for warning in unset_warnings(load_campaign(campaign_file(args.file))):
         print(warning, file=sys.stderr)
