@@ -128,16 +128,21 @@ def test_every_server_stands_against_the_best_and_each_framework_against_the_bes
     assert "c: -2" in text and "goodput req/s vs a" in text
 
 
-def test_the_headline_table_shows_an_unsupported_p99_as_such() -> None:
+def test_the_headline_table_shows_the_highest_percentile_an_unsupported_p99_sample_supports() -> None:
     from bakeoff.report.tables import _row, headline_table
     from bakeoff.results.layout import CellResult
 
     cell = CellResult(Path("a__sweep"), {"label": "a"}, "vllm", "sweep", 1, "ok", {}, {}, {})
-    frame = pd.DataFrame([_row(cell, run(100.0, n=32)), _row(cell, run(100.0, n=200, concurrency=8))])
+    small = run(100.0, n=32)
+    small.latency.ttft_ms.p90 = 80.0
+    one = run(100.0, n=1, concurrency=2)  # one request: no percentile at all
+    frame = pd.DataFrame([_row(cell, small), _row(cell, run(100.0, n=200, concurrency=8)), _row(cell, one)])
     table = headline_table(frame)
     p99 = next(c for c in table.columns if c.startswith("TTFT P99"))
     p50 = next(c for c in table.columns if c.startswith("TTFT P50"))
-    assert table[p99].iloc[0] == "unsupported (n=32)"
+    # Not a number passed off as a P99, nor a blank: the P90 32 requests do support, named.
+    assert table[p99].iloc[0] == "P90 80.00 (n=32; P99 needs ≥100)"
+    assert table[p99].iloc[2] == "unsupported (n=1)"
     assert table[p99].iloc[1] == pytest.approx(100.0)  # 200 requests do support a P99
     assert table[p50].iloc[0] == pytest.approx(50.0)
 

@@ -55,7 +55,7 @@ def test_a_filtered_parse_keeps_only_the_named_metrics() -> None:
     assert snap["vllm:num_preemptions_total"] == 3.0
 
 
-def test_with_rates_turns_counters_into_per_interval_figures() -> None:
+def test_with_rates_turns_counters_into_rates_over_a_trailing_window() -> None:
     frame = pd.DataFrame(
         {
             "t_s": [0.0, 1.0, 2.0],
@@ -67,10 +67,22 @@ def test_with_rates_turns_counters_into_per_interval_figures() -> None:
         }
     )
     rated = with_rates(frame)
-    assert rated["generation_tokens_per_s"].tolist()[1:] == [200.0, 400.0]
-    assert rated["preemptions_per_s"].tolist()[1:] == [0.0, 3.0]
+    # Over the trailing 3 s, from the first sample: (300-100)/1, (700-100)/2.
+    assert rated["generation_tokens_per_s"].tolist()[1:] == [200.0, 300.0]
+    assert rated["preemptions_per_s"].tolist()[1:] == [0.0, 1.5]
     assert rated["prefix_hit_rate"].iloc[1] == 0.5 and pd.isna(rated["prefix_hit_rate"].iloc[2])  # no lookups
     assert rated["rss_gib"].tolist() == [1.0, 2.0, 2.0]
+
+
+def test_a_counter_bumped_between_two_close_scrapes_is_no_spike() -> None:
+    # 260 tok/s, the engine bumping its counter by 520 every 2 s; two scrapes 0.2 s apart straddle
+    # the bump at t=4: one interval's difference reads 2,600 tok/s; the trailing window stays near 260.
+    t = pd.Series([0.0, 1.0, 2.0, 3.0, 3.9, 4.1, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0])
+    tokens = 520.0 * (t // 2)
+    naive = tokens.diff() / t.diff()
+    assert naive.max() == pytest.approx(2600.0)
+    rated = with_rates(pd.DataFrame({"t_s": t, "generation_tokens": tokens}))["generation_tokens_per_s"]
+    assert rated.iloc[3:].max() < 1.5 * 260 and rated.iloc[3:].min() > 0.5 * 260
 
 
 def test_sampler_keeps_its_grid_and_survives_a_failing_probe() -> None:

@@ -53,11 +53,12 @@ def campaign(
     runs: dict[str, dict[int, list[float]]],
     backends: dict[str, str] | None = None,
     busy: dict[tuple[str, int], HostLoad] | None = None,
+    samples: int = 200,
     **spec: object,
 ) -> Path:
     """server -> concurrency -> output tok/s of each repeat, as a campaign folder (backend x unless named).
 
-    ``busy``: (server, repeat) -> the host load that run was measured under.
+    ``busy``: (server, repeat) -> the host load that run was measured under; ``samples``: requests per run.
     """
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"name": "t", "slo": {"ttft_ms": 500}, **spec}))
@@ -70,6 +71,6 @@ def campaign(
                 write_json(folder / "cell.json", info)
                 slow = 900.0 if level == 16 and server == "b" else 100.0  # b misses the SLO at 16
                 host = (busy or {}).get((server, repeat))
-                summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow, host=host)
+                summary = run(tok_s, concurrency=level, repeat=repeat, p99_ttft=slow, host=host, n=samples)
                 write_summary(folder / "runs" / f"c{level}" / "summary.json", summary)
     return tmp_path

@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
+from bakeoff.analysis.roofline import efficiencies
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.results.layout import load_cells
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
@@ -206,6 +207,8 @@ _PLAYBOOK: dict[Bound, tuple[tuple[str, str, Proposal], ...]] = {
         ("caps", "max_num_seqs", _seqs_up_if_capped),
         ("quantization", "kv_cache_dtype", _kv_fp8),
     ),
+    # A fixed cost per step: bigger batches amortise it, where the cap holds them back.
+    "overhead": (("caps", "max_num_seqs", _seqs_up_if_capped),),
     "unknown": (),
 }
 
@@ -247,7 +250,7 @@ def advise(campaign_dir: Path) -> list[Step]:
     cells = load_cells(campaign_dir)
     by_key = {(c.label, c.workload): c for c in cells}
     steps = []
-    for diagnosis in diagnose_cells(cells):
+    for diagnosis in diagnose_cells(cells, efficiencies(campaign_dir)):
         cell = by_key[(diagnosis.server, diagnosis.workload)]
         backend = load_backend(cell.backend)
         step = next_step(diagnosis, backend, cell.knobs)

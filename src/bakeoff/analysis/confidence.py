@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bakeoff.analysis.significance import ALPHA, mean_interval
-from bakeoff.results.metric_table import BY_KEY
-from bakeoff.results.summary import STAT_LABELS, RunSummary, StatName, percentile_supported
+from bakeoff.results.metric_table import BY_KEY, needed_samples
+from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary, StatName, percentile_supported
 
 LEVEL = 1 - ALPHA
 
@@ -105,7 +105,20 @@ def estimate(summaries: Sequence[RunSummary], metric: str, stat: StatName | None
 
 
 def _needed(name: StatName) -> int:
-    n = 1
-    while not percentile_supported(name, n):
-        n += 1
-    return n
+    return needed_samples(name)
+
+
+def supported_estimate(summaries: Sequence[RunSummary], metric: str, stat: StatName) -> Estimate:
+    """``stat`` over the repeats where every repeat supports it, else the highest percentile below that does.
+
+    The report's one support rule for figures across repeats (P90 where a repeat's 24 requests
+    cannot support a P99); the estimate's ``stat`` says which it is.
+    """
+    found = estimate(summaries, metric, stat)
+    if found.supported or stat not in PERCENTILES or found.samples is None or BY_KEY[metric].read is not None:
+        return found
+    for lower in reversed([p for p in PERCENTILES if PERCENTILES[p] < PERCENTILES[stat]]):
+        below = estimate(summaries, metric, lower)
+        if below.supported:
+            return below
+    return found

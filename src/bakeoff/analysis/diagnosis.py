@@ -15,16 +15,24 @@ compute     throughput stopped growing with concurrency while the engine is satu
 scheduling  fast alone, queueing appears with concurrency: TTFT grows several-fold from
             the lowest level while TPOT stays nearly flat — admission and prefill
             scheduling (token budget, chunked prefill) decide the wait.
-bandwidth   none of those: throughput still grows with concurrency — decode is bound
-            by memory bandwidth and batching pays (the healthy state).
+bandwidth   none of those: throughput still grows with concurrency, and alone (concurrency 1)
+            decode runs near the memory-bandwidth floor (the roofline's efficiency at least
+            ``NEAR_FLOOR``) — decode is bound by memory bandwidth and batching pays (the
+            healthy state).
+overhead    throughput still grows with concurrency, but alone a decode step takes well over
+            the bandwidth floor (efficiency under ``NEAR_FLOOR``): per-step overhead
+            (scheduling, kernel launches, the interpreter), not memory bandwidth, sets the pace.
 
 Precedence follows that order: the first that holds at the busiest level is the verdict.
-Thresholds are module constants, named, so the report can quote them.
+Whether decode is bandwidth-bound has one source of truth, the roofline fraction
+(:func:`bakeoff.analysis.roofline.efficiencies`), cited in the evidence of every label it
+bears on; without one the label says it could not be checked. Thresholds are module
+constants, named, so the report can quote them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,7 +40,7 @@ from bakeoff.observe.telemetry_series import SERIES_KEY, read_series, with_rates
 from bakeoff.results.layout import CellResult
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
 
-Bound = Literal["memory", "batching", "compute", "scheduling", "bandwidth", "unknown"]
+Bound = Literal["memory", "batching", "compute", "scheduling", "bandwidth", "overhead", "unknown"]
 
 KV_FULL = 0.9  # KV-cache usage at or above this share is "near full"
 KV_LOW = 0.7  # below this the KV cache is not what limits the batch
@@ -42,6 +50,7 @@ WAITING = 1.0  # mean requests waiting at or above this: a queue formed
 TTFT_GROWTH = 3.0  # TTFT P50 growth from the lowest level that counts as queueing
 TPOT_FLAT = 1.5  # TPOT P50 growth under this counts as flat
 SCALING = 0.5  # throughput gain below this share of the concurrency gain: stopped scaling
+NEAR_FLOOR = 0.6  # decode efficiency (floor / TPOT at concurrency 1) from which decode is bandwidth-bound
 
 
 @dataclass(frozen=True)
@@ -231,17 +240,41 @@ _HEADLINES: dict[Bound, str] = {
     "compute": "the engine is saturated; more concurrency buys latency, not throughput.",
     "scheduling": "each request is fast alone, but requests queue for admission as concurrency grows.",
     "bandwidth": "throughput still grows with concurrency: decode is memory-bandwidth-bound and batching pays.",
+    "overhead": "throughput still grows with concurrency, but a lone decode step is far slower than memory "
+    "bandwidth allows: per-step overhead sets the pace, and batching amortises it.",
     "unknown": "too little to go on (one level, or no telemetry).",
 }
 
 
-def classify(server: str, workload: str, levels: Sequence[Level]) -> Diagnosis:
-    """The verdict for one server on one workload, from its levels (any order)."""
+def _roofline(efficiency: float | None) -> str:
+    if efficiency is None:
+        return "no roofline (model shape or memory bandwidth unknown): bandwidth-bound not checked"
+    return f"alone (concurrency 1) decode ran at {efficiency:.0%} of the memory-bandwidth floor"
+
+
+def _unknown(levels: Sequence[Level]) -> str:
+    """Why nothing is concluded: the specific gap in the evidence."""
+    if len({lv.concurrency for lv in levels}) < 2:
+        return "too little to go on: one load level measured, and a bound is read from how load changes things."
+    return (
+        "too little to go on: throughput stopped scaling with load, but no telemetry says what was saturated "
+        "(no engine busy share, KV usage or queue series)."
+    )
+
+
+def classify(server: str, workload: str, levels: Sequence[Level], efficiency: float | None = None) -> Diagnosis:
+    """The verdict for one server on one workload, from its levels (any order).
+
+    ``efficiency``: the roofline's decode efficiency at concurrency 1 (floor / TPOT P50), the one
+    source for whether decode is bandwidth-bound; None where it could not be computed.
+    """
     ordered = sorted(levels, key=lambda lv: lv.concurrency)
     if not ordered:
         return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"])
-    low, high = ordered[0], ordered[-1]
-    # The busiest level with memory evidence: preemptions may show before the top level.
+    # Figures from each level's mean over its repeats (the numbers Findings and the verdict show).
+    means = _level_means(ordered)
+    low, high = means[0], means[-1]
+    # The busiest level with memory evidence (any repeat's): preemptions may show before the top level.
     for level in reversed(ordered):
         evidence = _memory(level)
         if evidence:
@@ -256,13 +289,42 @@ def classify(server: str, workload: str, levels: Sequence[Level]) -> Diagnosis:
     seen = signals(high)
     for bound, evidence in checks:
         if evidence:
+            if bound == "compute" and efficiency is not None:
+                # Saturated under load, whatever decode did alone: the roofline says which it was there.
+                evidence = [*evidence, _roofline(efficiency)]
             return Diagnosis(server, workload, bound, _HEADLINES[bound], evidence, high.concurrency, seen)
     scaling = _scaling(low, high)
     if scaling is not None and scaling[0] >= SCALING * scaling[1]:
         gain, scale = scaling
-        cited = [f"throughput grew {gain:.1f}x for {scale:g}x concurrency"]
-        return Diagnosis(server, workload, "bandwidth", _HEADLINES["bandwidth"], cited, high.concurrency, seen)
-    return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"], [], high.concurrency, seen)
+        cited = [f"throughput grew {gain:.1f}x for {scale:g}x concurrency", _roofline(efficiency)]
+        scaled: Bound = "overhead" if efficiency is not None and efficiency < NEAR_FLOOR else "bandwidth"
+        return Diagnosis(server, workload, scaled, _HEADLINES[scaled], cited, high.concurrency, seen)
+    return Diagnosis(server, workload, "unknown", _unknown(ordered), [], high.concurrency, seen)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _level_means(ordered: Sequence[Level]) -> list[Level]:
+    """One Level per concurrency: the mean of its repeats' figures, the series of its first repeat with one."""
+    out: list[Level] = []
+    for concurrency in sorted({lv.concurrency for lv in ordered}):
+        group = [lv for lv in ordered if lv.concurrency == concurrency]
+        series = next((lv.series for lv in group if lv.series is not None), None)
+        out.append(
+            Level(
+                concurrency,
+                _mean([lv.output_tok_s for lv in group]),
+                _mean([lv.ttft_p50_ms for lv in group]),
+                _mean([lv.ttft_p99_ms for lv in group]),
+                _mean([lv.tpot_p50_ms for lv in group]),
+                series,
+                group[0].cpus,
+            )
+        )
+    return out
 
 
 def levels_of_cell(cell: CellResult) -> list[Level]:
@@ -290,11 +352,22 @@ def levels_of_cell(cell: CellResult) -> list[Level]:
     return levels
 
 
-def diagnose_cells(cells: Sequence[CellResult]) -> list[Diagnosis]:
-    """One diagnosis per measured (not rehearsed) server and workload, its repeats' levels together."""
+def diagnose_cells(
+    cells: Sequence[CellResult], efficiency: Mapping[tuple[str, str], float] | None = None
+) -> list[Diagnosis]:
+    """One diagnosis per measured (not rehearsed) server and workload, its repeats' levels together.
+
+    ``efficiency``: (server, workload) -> the roofline's decode efficiency
+    (:func:`bakeoff.analysis.roofline.efficiencies`), cited by the labels it decides.
+    """
+    efficiency = efficiency or {}
     pairs: dict[tuple[str, str], list[Level]] = {}
     for cell in cells:
         if any(s.rehearsal for s in cell.summaries.values()):
             continue  # a stand-in's telemetry says nothing about the framework
         pairs.setdefault((cell.label, cell.workload), []).extend(levels_of_cell(cell))
-    return [classify(server, workload, levels) for (server, workload), levels in pairs.items() if levels]
+    return [
+        classify(server, workload, levels, efficiency.get((server, workload)))
+        for (server, workload), levels in pairs.items()
+        if levels
+    ]

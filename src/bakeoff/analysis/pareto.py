@@ -86,8 +86,15 @@ def front(pts: pd.DataFrame, margin: float = MIN_EFFECT) -> pd.DataFrame:
     return pts[keep].sort_values(X).reset_index(drop=True)
 
 
-def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: str, axis: Axis = "throughput") -> Any:
-    """Every server's points on the same axes, levels joined per server, the front drawn over them."""
+def figure(
+    pts: pd.DataFrame,
+    workload: str,
+    palette: Mapping[str, Any],
+    unit: str,
+    axis: Axis = "throughput",
+    margin: float = MIN_EFFECT,
+) -> Any:
+    """Every server's points on the same axes, levels joined per server, the front (at ``margin``) drawn over them."""
     import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only the report (the report extra) draws
     import seaborn as sns
 
@@ -98,7 +105,7 @@ def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: s
     )
     for _, row in data.iterrows():
         ax.annotate(f"{row['level']:g}", (row[X], row[Y]), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    best = front(data)
+    best = front(data, margin)
     if not best.empty:
         ax.step(best[X], best[Y], where="pre", color="black", linewidth=1.2, linestyle="--", label="Pareto front")
         ax.scatter(best[X], best[Y], s=90, facecolors="none", edgecolors="black", zorder=3)
@@ -109,6 +116,9 @@ def figure(pts: pd.DataFrame, workload: str, palette: Mapping[str, Any], unit: s
     else:
         ax.set_ylabel(f"throughput: output tok/s per {unit}")
         ax.set_title(f"{workload}: throughput vs interactivity (labels: concurrency or rate)")
+    # From 0: a gap the size of the noise between two points must not look like a trade-off.
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

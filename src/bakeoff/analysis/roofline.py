@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import yaml
 
 from bakeoff.errors import SpecError
-from bakeoff.paths import user_cache_dir
-from bakeoff.results.store import atomic_write_bytes
+from bakeoff.paths import models_dir, user_cache_dir
+from bakeoff.results.layout import CellResult, load_cells
+from bakeoff.results.store import RUN_INFO, atomic_write_bytes, read_json_or_empty
 from bakeoff.serving.gpus import gpu_names as nvml_names
 
 ENV = "BAKEOFF_MEMORY_BANDWIDTH_GBS"
@@ -201,3 +203,83 @@ def model_shape(folder: Path) -> ModelShape | None:
     # The input embedding table is looked up (one row per token), not streamed.
     embedding = 0 if config.get("tie_word_embeddings") else int(config["vocab_size"]) * int(config["hidden_size"])
     return ModelShape(max(total - embedding * width, 0), 2 * layers * kv_heads * head_dim * width)
+
+
+# --- a campaign's runs against the floor ----------------------------------------------------
+
+
+def _campaign_raw(campaign_dir: Path) -> dict[str, Any]:
+    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    return raw if isinstance(raw, dict) else {}
+
+
+def _model_folder(campaign: dict[str, Any], cell: CellResult) -> Path | None:
+    server_path = cell.server.get("model_path")
+    if server_path:
+        return Path(server_path)
+    model = campaign.get("model")
+    if isinstance(model, str):
+        return models_dir() / model if model in ("tiny", "small") else Path(model)
+    if not isinstance(model, dict):
+        return None
+    if model.get("path"):
+        return Path(model["path"])
+    return models_dir() / str(model["preset"]) if model.get("preset") else None
+
+
+def _run_bandwidth(run_dir: Path, accelerator: Literal["cpu", "gpu"], override: float | None) -> Bandwidth | None:
+    """The campaign's figure, else the one recorded beside the run, else this machine's."""
+    if override is not None:
+        return Bandwidth(float(override), "campaign memory_bandwidth_gbs")
+    info = read_json_or_empty(run_dir / RUN_INFO)
+    recorded = info.get("memory_bandwidth")
+    if isinstance(recorded, dict) and recorded.get("gbs"):
+        return Bandwidth(float(recorded["gbs"]), str(recorded.get("source", "recorded with the run")))
+    return bandwidth(accelerator)
+
+
+def campaign_roofline(campaign_dir: Path) -> list[dict[str, Any]]:
+    """One row per measured concurrency-1 run: its TPOT P50 against the decode floor (the efficiency)."""
+    campaign = _campaign_raw(campaign_dir)
+    override = campaign.get("memory_bandwidth_gbs")
+    accelerator: Literal["cpu", "gpu"] = "gpu" if campaign.get("gpu") else "cpu"
+    rows: list[dict[str, Any]] = []
+    shapes: dict[Path, ModelShape | None] = {}
+    for cell in load_cells(campaign_dir):
+        for run, summary in cell.summaries.items():
+            wl = summary.workload
+            tpot = summary.latency.tpot_ms.p50
+            if summary.rehearsal or wl.mode != "closed" or wl.concurrency != 1 or not tpot or not summary.requests.ok:
+                continue
+            folder = _model_folder(campaign, cell)
+            if folder is not None and folder not in shapes:
+                shapes[folder] = model_shape(folder)
+            shape = shapes.get(folder) if folder is not None else None
+            found = _run_bandwidth(cell.dir / "runs" / run, accelerator, override)
+            if shape is None or found is None:
+                continue
+            ok = summary.requests.ok
+            context = summary.tokens.prompt / ok + summary.tokens.completion / ok / 2  # mean context while decoding
+            floor = shape.floor_ms(found.gbs, 1, context)
+            rows.append(
+                {
+                    "server": cell.label,
+                    "workload": cell.workload,
+                    "TPOT P50 ms": tpot,
+                    "floor ms": floor,
+                    "efficiency": floor / tpot,
+                    "implied GB/s": shape.step_bytes(1, context) / (tpot / 1000.0) / 1e9,
+                    "bandwidth GB/s": found.gbs,
+                    "bandwidth source": found.source,
+                    "MB read per step": shape.step_bytes(1, context) / 1e6,
+                }
+            )
+    return rows
+
+
+def efficiencies(campaign_dir: Path) -> dict[tuple[str, str], float]:
+    """(server, workload) -> decode efficiency at concurrency 1, the median over repeats: what labels cite."""
+    found: dict[tuple[str, str], list[float]] = {}
+    for row in campaign_roofline(campaign_dir):
+        found.setdefault((row["server"], row["workload"]), []).append(float(row["efficiency"]))
+    return {key: float(np.median(values)) for key, values in found.items()}

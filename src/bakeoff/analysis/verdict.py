@@ -30,14 +30,14 @@ from typing import Literal
 
 import yaml
 
-from bakeoff.analysis.confidence import Estimate, estimate
+from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, decide, look_alpha, planned_looks
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo
 from bakeoff.results.layout import AUTO_REPEATS, load_cells
-from bakeoff.results.metric_table import BY_KEY
+from bakeoff.results.metric_table import BY_KEY, needed_samples
 from bakeoff.results.store import read_json_or_empty
-from bakeoff.results.summary import RunSummary
+from bakeoff.results.summary import STAT_LABELS, RunSummary, StatName
 
 Runs = dict[str, dict[float, list[RunSummary]]]  # server -> load -> one summary per repeat
 
@@ -397,8 +397,50 @@ def _framework_line(v: WorkloadVerdict, load: float, fw: FrameworkVerdict) -> st
     return f"- {where}: " + "; ".join(parts)
 
 
-def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = None) -> str:
-    """The verdict section: the framework verdict first, then per workload every level's whole ranking."""
+def slo_basis(campaign_dir: Path, slo: Slo) -> str:
+    """What the SLO was judged on: nearest-rank P99, which a run under 100 requests does not support.
+
+    Nearest-rank P99 of fewer than 100 samples is the sample maximum (the slowest request), so
+    such a run is judged on its maximum: stricter than a P99, and said so rather than passed off.
+    """
+    judged = small = 0
+    for _wl, (_axis, runs) in collect(campaign_dir)[0].items():
+        for by_load in runs.values():
+            for repeats in by_load.values():
+                for summary in repeats:
+                    n = _bounded_samples(summary, slo)
+                    if n is None:
+                        continue
+                    judged += 1
+                    small += n < needed_samples("p99")
+    if not judged or not small:
+        return "judged on nearest-rank P99 per run, every repeat"
+    return (
+        f"judged on nearest-rank P99 per run, every repeat; {small} of {judged} runs measured fewer than "
+        f"{needed_samples('p99')} requests, which support no P99: those are judged on the sample maximum "
+        "(their slowest request), a stricter test"
+    )
+
+
+def _bounded_samples(summary: RunSummary, slo: Slo) -> int | None:
+    """The fewest samples behind any metric the SLO bounds in this run (None: the SLO bounds nothing)."""
+    latency = summary.latency
+    ttfa = latency.ttfa_ms if latency.ttfa_ms.n else latency.ttft_ms
+    pairs = (
+        (latency.ttft_ms, slo.ttft_ms),
+        (ttfa, slo.ttfa_ms),
+        (latency.tpot_ms, slo.tpot_ms),
+        (latency.e2e_ms, slo.e2e_ms),
+    )
+    counts = [dist.n for dist, bound in pairs if bound is not None]
+    return min(counts) if counts else None
+
+
+def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = None, basis: str | None = None) -> str:
+    """The verdict section: the framework verdict first, then per workload every level's whole ranking.
+
+    ``basis``: what the SLO was judged on (:func:`slo_basis`); by default nearest-rank P99.
+    """
     if not found:
         return "No sweep (concurrency levels or request rates) to judge: no verdict."
     named = (("TTFT ms", slo.ttft_ms), ("TTFA ms", slo.ttfa_ms), ("TPOT ms", slo.tpot_ms), ("E2E ms", slo.e2e_ms))
@@ -410,8 +452,9 @@ def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = N
         lines += framework_lines
         lines.append("")
     lines.append(
-        f"SLO: {bounds or 'none set (every request must succeed)'}, judged on nearest-rank P99 per run, every "
-        "repeat. Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of a "
+        f"SLO: {bounds or 'none set (every request must succeed)'}, "
+        f"{basis or 'judged on nearest-rank P99 per run, every repeat'}. "
+        "Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of a "
         "server's figure to the best one's as a % change [95% interval], by Welch's t on log values (paired by "
         "round where repeats interleave); a win is significant and at least the campaign's min_effect, "
         "equivalent lies wholly within ±min_effect, else undecided."
@@ -453,8 +496,20 @@ def noise_table(campaign_dir: Path) -> list[dict[str, object]]:
     return rows
 
 
+def _figure_text(repeats: list[RunSummary], metric: str, stat: str | None) -> str:
+    """'mean [lo, hi] (n)'; for a percentile the repeats do not support, the highest they do, named."""
+    if stat is None:
+        return estimate(repeats, metric).text(1)
+    wanted: StatName = stat  # type: ignore[assignment]
+    found = supported_estimate(repeats, metric, wanted)
+    if found.stat == wanted or not found.supported or found.stat is None:
+        return found.text(1)
+    return f"{STAT_LABELS[found.stat]} {found.text(1)}; {STAT_LABELS[wanted]} needs ≥{needed_samples(wanted)} per run"
+
+
 def figures_table(campaign_dir: Path) -> list[dict[str, object]]:
-    """Rows (workload, server, run) x every headline figure as 'mean [lo, hi] (n)' or why it is unsupported."""
+    """Rows (workload, server, run) x every headline figure as 'mean [lo, hi] (n)'; a percentile the
+    sample does not support shows the highest one it does, named (``P90 41.2 [..] (n=3×24); P99 needs ≥100``)."""
     rows: list[dict[str, object]] = []
     for wl, (axis, runs) in sorted(collect(campaign_dir)[0].items()):
         figures = _figures([s for by_load in runs.values() for reps in by_load.values() for s in reps])
@@ -462,6 +517,6 @@ def figures_table(campaign_dir: Path) -> list[dict[str, object]]:
             for load, repeats in sorted(by_load.items()):
                 row: dict[str, object] = {"workload": wl, "server": server, axis: load}
                 for label, metric, stat in figures:
-                    row[label] = estimate(repeats, metric, stat).text(1)  # type: ignore[arg-type]
+                    row[label] = _figure_text(repeats, metric, stat)
                 rows.append(row)
     return rows

@@ -36,7 +36,8 @@ from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_resu
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
-from bakeoff.history.archive import archive_after_run
+from bakeoff.history.archive import archive_after_run, history_root
+from bakeoff.history.calibration import calibrate
 from bakeoff.measure.client import ClientSettings, TokenCounter
 from bakeoff.measure.metrics import cost_per_million_tokens, energy_cost_per_million_tokens
 from bakeoff.measure.slo import resolve_slo, search_max_rate
@@ -406,7 +407,8 @@ def run_campaign(
     salvage_runs(out / "cells", resolve_slo(spec.slo))
     failures: list[str] = []
     tag = REHEARSAL_TAG if rehearse else ""
-    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells], tag=tag)
+    measured = calibrate(history_root())  # the history's start-up and decode figures, where it has them
+    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart, measured) for c in cells], tag=tag)
     with kernel_environment():
         try:
             _run_cells(cells, out, failures, progress, spec)
@@ -452,7 +454,8 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) ->
         reap_leftovers(out / "cells")
         salvage_runs(out / "cells", resolve_slo(spec.slo))
         tag = REHEARSAL_TAG if rehearse else ""
-        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart) for c in cells], tag=tag)
+        measured = calibrate(history_root())
+        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart, measured) for c in cells], tag=tag)
         _run_cells(cells, out, failures, progress, spec)
         print(progress.summary(), flush=True)
         done = [c for c in load_cells(out) if c.label == server.label]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from bakeoff.history.calibration import Calibration
 from bakeoff.results.store import SUMMARY, read_summary
 from bakeoff.results.summary import STAT_LABELS, StatName
 from bakeoff.serving.launchers import launcher_kind
@@ -35,11 +36,24 @@ class CellEstimate:
     seconds: float
 
 
-def estimate_cell(wl: Workload, accelerator: str, kind: str, restart: bool) -> CellEstimate:
-    """Requests a cell sends and roughly how long it takes, server start(s) included."""
+def estimate_cell(
+    wl: Workload,
+    accelerator: str,
+    kind: str,
+    restart: bool,
+    token_s: float | None = None,
+    start_s: float | None = None,
+) -> CellEstimate:
+    """Requests a cell sends and roughly how long it takes, server start(s) included.
+
+    ``token_s`` / ``start_s``: measured figures (:class:`bakeoff.history.calibration.Calibration`)
+    in place of the assumed ones; a rehearsal's or an external server's start is never calibrated.
+    """
     cost = wl.cost()
-    token_s = TOKEN_S.get(accelerator, TOKEN_S["gpu"])
-    starts = START_S.get(kind, START_S["process"]) * (2 if restart and kind != "external" else 1)
+    token_s = token_s if token_s is not None else TOKEN_S.get(accelerator, TOKEN_S["gpu"])
+    start = start_s if start_s is not None and kind in ("process", "container") else None
+    one_start = start if start is not None else START_S.get(kind, START_S["process"])
+    starts = one_start * (2 if restart and kind != "external" else 1)
     return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + starts)
 
 
@@ -150,14 +164,48 @@ class CampaignProgress:
         return f"{self.tag} " if self.tag else ""
 
 
-def campaign_estimate(cells: list[Any], restart: bool) -> tuple[int, float]:
+def campaign_estimate(cells: list[Any], restart: bool, calibration: Calibration | None = None) -> tuple[int, float]:
     """Total requests and seconds of a campaign's cells (``campaign_cells.Cell`` objects)."""
-    estimates = [cell_estimate(c, restart) for c in cells]
+    estimates = [cell_estimate(c, restart, calibration) for c in cells]
     return sum(e.requests for e in estimates), sum(e.seconds for e in estimates)
 
 
-def cell_estimate(cell: Any, restart: bool) -> CellEstimate:
-    """One ``campaign_cells.Cell``'s estimate, its start-up time that of the launcher it gets."""
+def cell_estimate(cell: Any, restart: bool, calibration: Calibration | None = None) -> CellEstimate:
+    """One ``campaign_cells.Cell``'s estimate, its start-up time that of the launcher it gets.
 
+    ``calibration``: the history's measured figures for the cell's backend, where it has them
+    (never for a rehearsal: the stand-in's pace is not the framework's).
+    """
     kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
-    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart)
+    name = cell.backend.name
+    measured = calibration if calibration is not None and not cell.rehearse else None
+    token_s = measured.token_s.get(name) if measured is not None else None
+    start_s = measured.start_s.get(name) if measured is not None else None
+    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart, token_s, start_s)
+
+
+def estimate_text(
+    cells: list[Any], restart: bool, auto: tuple[int, int] | None, calibration: Calibration | None
+) -> str:
+    """What ``campaign validate`` prints: requests, duration and the figures it rests on.
+
+    ``auto``: (min_repeats, max_repeats) for ``repeats: auto``, whose duration is a range:
+    ``cells`` are planned for max_repeats; the campaign stops between the two.
+    """
+    used = (
+        calibration
+        if calibration is not None
+        and any(c.backend.name in calibration.token_s or c.backend.name in calibration.start_s for c in cells)
+        else None
+    )
+    basis = used.text() + "; otherwise " + assumptions() if used is not None else assumptions()
+    requests, seconds = campaign_estimate(cells, restart, used)
+    if auto is None:
+        return f"{requests} requests; roughly {duration(seconds)} to run ({basis})"
+    low, high = auto
+    first = [c for c in cells if c.repeat <= low]
+    low_requests, low_seconds = campaign_estimate(first, restart, used)
+    return (
+        f"repeats: auto — {low}..{high} repeats: {low_requests}..{requests} requests, roughly "
+        f"{duration(low_seconds)}..{duration(seconds)} to run ({basis})"
+    )

@@ -19,7 +19,7 @@ from bakeoff.campaign.cells import validate_campaign
 from bakeoff.campaign.execute import render_report, run_campaign
 from bakeoff.campaign.gpu_host import unset_warnings
 from bakeoff.campaign.preflight import preflight_campaign
-from bakeoff.campaign.progress import assumptions, campaign_estimate, duration
+from bakeoff.campaign.progress import estimate_text
 from bakeoff.campaign.rehearsal import gpu_host_text
 from bakeoff.campaign.resume import failed_cells
 from bakeoff.campaign.specs import load_campaign
@@ -28,6 +28,8 @@ from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
 from bakeoff.errors import BakeoffError, SpecError
+from bakeoff.history.archive import history_root
+from bakeoff.history.calibration import calibrate
 from bakeoff.models.presets import COMPANIONS, PRESET_NAMES, make_preset, preset_is_ready
 from bakeoff.paths import campaign_file, models_dir
 from bakeoff.results.layout import CAMPAIGN_COPY
@@ -243,6 +245,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             print(result.line())
         return 1 if any(r.status == "refused" for r in results) else 0
     if args.campaign_command == "validate":
+        measured = calibrate(history_root())  # read once: every file's estimate rests on the same history
         for path in args.files:
             cells = validate_campaign(campaign_file(path))
             note = ""
@@ -252,9 +255,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             spec = load_campaign(campaign_file(path))
             for warning in unset_warnings(spec):
                 print(f"  {warning}", file=sys.stderr)
-            restart = spec.measure_warm_restart
-            requests, seconds = campaign_estimate(cells, restart)
-            print(f"  {requests} requests; roughly {duration(seconds)} to run ({assumptions()})")
+            auto = (spec.min_repeats, spec.planned_repeats) if spec.repeats == "auto" else None
+            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured)}")
         return 0
     for warning in unset_warnings(load_campaign(campaign_file(args.file))):
         print(warning, file=sys.stderr)

@@ -18,13 +18,12 @@ import yaml
 from bakeoff.analysis import pareto
 from bakeoff.analysis.advisor import advise
 from bakeoff.analysis.diagnosis import diagnose_cells
-from bakeoff.analysis.roofline import Bandwidth, ModelShape, bandwidth, model_shape
+from bakeoff.analysis.roofline import campaign_roofline, efficiencies
+from bakeoff.analysis.verdict import campaign_design
 from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
-from bakeoff.paths import models_dir
 from bakeoff.report.plots import server_palette, telemetry_figure
 from bakeoff.report.tables import REHEARSAL_SUFFIX
 from bakeoff.results.layout import CellResult, is_rehearsal, load_cells
-from bakeoff.results.store import RUN_INFO, read_json_or_empty
 
 ROOFLINE_NOTE = (
     "Decode floor per output token = bytes one decode step reads (the weights, plus the KV cache of the "
@@ -45,7 +44,7 @@ def palette(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def campaign_series(cells: Sequence[CellResult]) -> Any:
-    """Every run's series (rates added) as one long frame: server, workload, run, level, t_s, metric, value.
+    """Every run's series (rates added) as one long frame: server, workload, run, repeat, level, t_s, metric, value.
 
     ``cells``: :func:`bakeoff.results.layout.load_cells` output; server labels as in the results frame.
     """
@@ -62,9 +61,10 @@ def campaign_series(cells: Sequence[CellResult]) -> Any:
             long["server"] = cell.label + (REHEARSAL_SUFFIX if summary.rehearsal else "")
             long["workload"] = cell.workload
             long["run"] = run
+            long["repeat"] = summary.workload.repeat or cell.repeat
             long["level"] = summary.workload.concurrency or summary.workload.rate
             parts.append(long.dropna(subset=["value"]))
-    columns = ["server", "workload", "run", "level", "t_s", "metric", "value"]
+    columns = ["server", "workload", "run", "repeat", "level", "t_s", "metric", "value"]
     if not parts:
         return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)[columns]
@@ -79,67 +79,9 @@ def telemetry_figures(campaign_dir: Path, frame: pd.DataFrame) -> list[tuple[str
     return [(w, telemetry_figure(series, w, colours, LABELS)) for w in sorted(series["workload"].unique())]
 
 
-def _model_folder(campaign: dict[str, Any], cell: CellResult) -> Path | None:
-    server_path = cell.server.get("model_path")
-    if server_path:
-        return Path(server_path)
-    model = campaign.get("model")
-    if isinstance(model, str):
-        return models_dir() / model if model in ("tiny", "small") else Path(model)
-    if not isinstance(model, dict):
-        return None
-    if model.get("path"):
-        return Path(model["path"])
-    return models_dir() / str(model["preset"]) if model.get("preset") else None
-
-
-def _run_bandwidth(run_dir: Path, accelerator: str, override: float | None) -> Bandwidth | None:
-    """The campaign's figure, else the one recorded beside the run, else this machine's."""
-    if override is not None:
-        return Bandwidth(float(override), "campaign memory_bandwidth_gbs")
-    info = read_json_or_empty(run_dir / RUN_INFO)
-    recorded = info.get("memory_bandwidth")
-    if isinstance(recorded, dict) and recorded.get("gbs"):
-        return Bandwidth(float(recorded["gbs"]), str(recorded.get("source", "recorded with the run")))
-    return bandwidth("gpu" if accelerator == "gpu" else "cpu")
-
-
 def roofline_table(campaign_dir: Path) -> pd.DataFrame:
     """Each server's decode efficiency against the floor at concurrency 1, per workload."""
-    campaign = _campaign(campaign_dir)
-    override = campaign.get("memory_bandwidth_gbs")
-    rows = []
-    shapes: dict[Path, ModelShape | None] = {}
-    for cell in load_cells(campaign_dir):
-        for run, summary in cell.summaries.items():
-            wl = summary.workload
-            tpot = summary.latency.tpot_ms.p50
-            if summary.rehearsal or wl.mode != "closed" or wl.concurrency != 1 or not tpot or not summary.requests.ok:
-                continue
-            folder = _model_folder(campaign, cell)
-            if folder is not None and folder not in shapes:
-                shapes[folder] = model_shape(folder)
-            shape = shapes.get(folder) if folder is not None else None
-            accelerator = "gpu" if campaign.get("gpu") else "cpu"
-            found = _run_bandwidth(cell.dir / "runs" / run, accelerator, override)
-            if shape is None or found is None:
-                continue
-            ok = summary.requests.ok
-            context = summary.tokens.prompt / ok + summary.tokens.completion / ok / 2  # mean context while decoding
-            floor = shape.floor_ms(found.gbs, 1, context)
-            rows.append(
-                {
-                    "server": cell.label,
-                    "workload": cell.workload,
-                    "TPOT P50 ms": tpot,
-                    "floor ms": floor,
-                    "efficiency": floor / tpot,
-                    "implied GB/s": shape.step_bytes(1, context) / (tpot / 1000.0) / 1e9,
-                    "bandwidth GB/s": found.gbs,
-                    "bandwidth source": found.source,
-                    "MB read per step": shape.step_bytes(1, context) / 1e6,
-                }
-            )
+    rows = campaign_roofline(campaign_dir)
     if not rows:
         return pd.DataFrame(rows)
     # Repeats of a cell: the median of each figure.
@@ -166,8 +108,8 @@ def roofline_notes(table: pd.DataFrame) -> list[str]:
 
 
 def diagnosis_notes(campaign_dir: Path) -> list[str]:
-    """The diagnosis of every measured cell, with the series it rests on."""
-    return [d.markdown() for d in diagnose_cells(load_cells(campaign_dir))]
+    """The diagnosis of every measured cell, with the series and the roofline fraction it rests on."""
+    return [d.markdown() for d in diagnose_cells(load_cells(campaign_dir), efficiencies(campaign_dir))]
 
 
 PARETO_WITHHELD = (
@@ -198,14 +140,15 @@ def pareto_figures(
         label = cell.label
         units[label] = pareto.units(cell.knobs, gpu)
     pts = pareto.points(frame, units, axis)
+    margin = campaign_design(campaign_dir).min_effect  # the verdict's margin: equals there are equals here
     colours = palette(frame)
     out = []
     for workload in sorted(pts["workload"].unique()):
         sub = pts[pts["workload"] == workload]
         if len(sub) < 2:
             continue
-        fig = pareto.figure(pts, workload, colours, "GPU" if gpu else "machine", axis)
-        out.append((workload, fig, pareto.front(sub).round(2)))
+        fig = pareto.figure(pts, workload, colours, "GPU" if gpu else "machine", axis, margin)
+        out.append((workload, fig, pareto.front(sub, margin).round(2)))
     return out
 
 

@@ -7,10 +7,17 @@ Pareto front and any other figure, whichever subset of servers a figure shows.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
+
+from bakeoff.observe.telemetry_series import RATE_WINDOW_S
+
+LineStyle = Literal["-", "--", ":", "-."]
+# Line style per repeat in the telemetry figure (colour is the server's).
+_REPEAT_STYLES: tuple[LineStyle, ...] = ("-", "--", ":", "-.")
 
 
 def server_palette(servers: Iterable[str]) -> dict[str, Any]:
@@ -23,10 +30,15 @@ def server_palette(servers: Iterable[str]) -> dict[str, Any]:
 
 
 def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, Any], labels: Mapping[str, str]) -> Any:
-    """The telemetry series of one workload: a row per metric, a column per load level, a line per run.
+    """The telemetry series of one workload: a row per metric, a column per load level, a line per repeat.
 
-    Each repeat is its own thin line in its server's colour, so the spread between repeats
-    shows as it is instead of as a band. Plain matplotlib rather than a seaborn facet grid:
+    Each repeat of a level is its own thin line in its server's colour and its repeat's line
+    style (named in the legend), each starting at its own t = 0: never the repeats joined into
+    one line that jumps back to the start. The spread between repeats shows as it is instead
+    of as a band. Counter rates are over a trailing window
+    (:func:`bakeoff.observe.telemetry_series.trailing_rate`), said in the title.
+
+    Plain matplotlib rather than a seaborn facet grid:
     a sweep of five levels and seven metrics is 35 panels, and seaborn took about 10 s to build
     such a figure here, most of it laying out each panel (``benchmarks/report_render.py`` times
     the whole report).
@@ -46,13 +58,26 @@ def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, 
     levels = sorted(level.unique(), key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0))
     rows, cols = max(len(metrics), 1), max(len(levels), 1)
     fig, axes = plt.subplots(rows, cols, figsize=(1.5 + 3.4 * cols, 0.9 + 1.7 * rows), sharey="row", squeeze=False)
-    for (metric, lvl, server, _run), part in data.assign(level=level).groupby(
-        ["metric", "level", "server", "run"], sort=False
+    repeat = data["repeat"] if "repeat" in data else pd.Series(1, index=data.index)
+    repeats = sorted({int(r) for r in repeat.fillna(1)})
+    styles = {r: _REPEAT_STYLES[i % len(_REPEAT_STYLES)] for i, r in enumerate(repeats)}
+    for (metric, lvl, server, _run, rep), part in data.assign(level=level, repeat=repeat.fillna(1)).groupby(
+        ["metric", "level", "server", "run", "repeat"], sort=False
     ):
         ax = axes[metrics.index(str(metric))][levels.index(lvl)]
         colour = palette.get(str(server))
+        part = part.sort_values("t_s")
         # Markers: a run with one sample in this window still shows, as a dot.
-        ax.plot(part["t_s"], part["value"], color=colour, linewidth=1.1, alpha=0.85, marker="o", markersize=2)
+        ax.plot(
+            part["t_s"],
+            part["value"],
+            color=colour,
+            linestyle=styles[int(str(rep))],
+            linewidth=1.1,
+            alpha=0.85,
+            marker="o",
+            markersize=2,
+        )
     for i, metric in enumerate(metrics):
         axes[i][0].set_ylabel(labels[metric].replace(" (", "\n("), fontsize=8)
     for j, lvl in enumerate(levels):
@@ -65,9 +90,24 @@ def telemetry_figure(series: pd.DataFrame, workload: str, palette: Mapping[str, 
         ax.grid(alpha=0.3)
     servers = sorted(set(data["server"]))
     handles = [Line2D([], [], color=palette.get(s), linewidth=2) for s in servers]
-    fig.legend(handles, servers, loc="upper right", fontsize=8, frameon=False)
-    title = f"{workload}: server telemetry over the measured window (about 1 sample / s)"
-    fig.suptitle(title + (f"\n0 throughout: {', '.join(flat)}" if flat else ""), x=0.02, ha="left", fontsize=10)
-    fig.subplots_adjust(left=0.1 if cols == 1 else 0.06, right=0.98, top=1 - 0.9 / (0.9 + 1.7 * rows), hspace=0.35)
+    names = list(servers)
+    if len(repeats) > 1:
+        handles += [Line2D([], [], color="grey", linestyle=styles[r], linewidth=1.1) for r in repeats]
+        names += [f"repeat {r}" for r in repeats]
+    fig.legend(handles, names, loc="upper right", fontsize=8, frameon=False)
+    title = (
+        f"{workload}: server telemetry over the measured window (about 1 sample / s; one line per repeat; "
+        f"counter rates over a trailing {RATE_WINDOW_S:g} s, as one scrape interval reads scrape timing)"
+    )
+    # Wrapped to the figure (the legend takes the right side of the header); the header grows with it.
+    width_in = 1.5 + 3.4 * cols
+    lines = textwrap.wrap(title, width=max(int(width_in * 9), 40))
+    if flat:
+        lines += textwrap.wrap(f"0 throughout: {', '.join(flat)}", width=max(int(width_in * 9), 40))
+    header_in = 0.3 + 0.2 * len(lines)
+    fig.set_size_inches(width_in, header_in + 1.7 * rows)
+    fig.suptitle("\n".join(lines), x=0.02, ha="left", fontsize=9)
+    top = 1 - (header_in + 0.2) / (header_in + 1.7 * rows)
+    fig.subplots_adjust(left=0.1 if cols == 1 else 0.06, right=0.98, top=top, hspace=0.35)
     plt.close(fig)
     return fig

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import yaml
 
 from bakeoff.analysis import verdict
+from bakeoff.analysis.diagnosis import TPOT_FLAT
 from bakeoff.errors import SpecError
 from bakeoff.report.measured_apart import measured_apart_note
 from bakeoff.report.plots import server_palette
@@ -29,8 +30,9 @@ from bakeoff.results.layout import (
     load_cells,
     rehearsal_marker,
 )
+from bakeoff.results.metric_table import highest_supported, shown
 from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
-from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary, Stat, StatName
+from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary
 from bakeoff.serving.backends import load_backend
 
 # From the metric table, like the headline columns: a metric is added there, once.
@@ -64,7 +66,8 @@ def summary_table(summaries: dict[str, RunSummary]) -> str:
     """A plain-text table of the headline figures, one row per run (for the terminal).
 
     Columns are the metric table's headline figures; one no run has (no SLO, no cost) is left out.
-    A percentile the run's sample cannot support reads ``unsupported (n=N)``, as in the report;
+    A percentile the run's sample cannot support shows the highest one it does (``P90 41.20 (n=24;
+    P99 needs ≥100)``, :func:`bakeoff.results.metric_table.supported_text`), as in the report;
     :func:`run_warnings` says what each run's numbers can and cannot be read as.
     """
     readers = metric_table.headline_readers()
@@ -75,6 +78,9 @@ def summary_table(summaries: dict[str, RunSummary]) -> str:
     header = ["run", "ok", "failed", *(readers[i][0] for i in shown)]
     rows = [header]
     for name, s in summaries.items():
+        implied = implied_req_s(s)
+        if implied is not None:  # two rates that disagree are shown side by side, not one as if steady
+            marks[name]["req_s"] = f"{s.throughput.req_s:.2f} (tok/s: {implied:.2f})"
         cells = [marks[name].get(columns[i]) or _fmt(values[name][i], 2) for i in shown]
         rows.append([name, _fmt(s.requests.ok), _fmt(s.requests.failed), *cells])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -82,15 +88,6 @@ def summary_table(summaries: dict[str, RunSummary]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     tail = [f"failures in {n}: {s.requests.failed_by_kind}" for n, s in summaries.items() if s.requests.failed]
     return "\n".join([*lines, *tail])
-
-
-def highest_supported(dist: Stat) -> StatName | None:
-    """The highest percentile ``dist``'s sample supports (P90 at n=24), or None when it supports none."""
-    found: StatName | None = None
-    for name in PERCENTILES:
-        if dist.supported(name) and dist.value(name) is not None:
-            found = name
-    return found
 
 
 def run_warnings(name: str, summary: RunSummary, more_requests: str = "requests_per_slot") -> list[str]:
@@ -103,7 +100,11 @@ def run_warnings(name: str, summary: RunSummary, more_requests: str = "requests_
     name = f"{name}: " if name else ""
     window = summary.window
     if window is not None and window.warning:
-        out.append(f"{name}{window.warning.replace('requests_per_slot', more_requests)}")
+        hint = window.warning
+        if more_requests != "requests_per_slot":
+            # The minimums are a campaign's settings; where the caller has no flag for them, only its own flag.
+            hint = hint.replace("raise requests_per_slot or lower the minimums", f"raise {more_requests}")
+        out.append(f"{name}{hint.replace('requests_per_slot', more_requests)}")
     for text in (summary.chunking.warning, summary.short_completions.warning):
         if text:
             out.append(f"{name}{text}")
@@ -122,22 +123,31 @@ def run_warnings(name: str, summary: RunSummary, more_requests: str = "requests_
             f"{name}{metric.name} {', '.join(missing)} unsupported by n={dist.n} samples ({shown}); "
             f"raise {more_requests} for more"
         )
+    implied = implied_req_s(summary)
+    if implied is not None:
+        tput, window = summary.throughput, summary.window
+        inside = window.requests_inside if window is not None else summary.requests.ok
+        per_request = summary.tokens.completion / summary.requests.ok
+        # req/s counts requests that *ended* inside the window; tok/s every token inside it. With few
+        # requests in the window the count is coarse, and the two disagree.
+        out.append(
+            f"{name}req/s {tput.req_s:.2f} counts the requests that ended inside a {tput.window_s:.1f} s "
+            f"window ({inside} measured there); output tok/s {tput.output_tok_s:,.1f} at "
+            f"{per_request:.0f} tokens a request is {implied:.2f} req/s: too few requests for either to be "
+            f"steady; raise {more_requests}"
+        )
+    return out
+
+
+def implied_req_s(summary: RunSummary) -> float | None:
+    """The req/s a run's output tok/s implies, where it disagrees with its req/s by over 25 % (else None)."""
     tput = summary.throughput
     done = summary.requests.ok
     per_request = summary.tokens.completion / done if done else 0.0
-    if tput.req_s and per_request and tput.output_tok_s:
-        implied = tput.output_tok_s / per_request
-        # req/s counts requests that *ended* inside the window; tok/s every token inside it. With few
-        # requests in the window the count is coarse, and the two disagree.
-        if abs(implied / tput.req_s - 1) > 0.25:
-            inside = window.requests_inside if window is not None else done
-            out.append(
-                f"{name}req/s {tput.req_s:.2f} counts the requests that ended inside a {tput.window_s:.1f} s "
-                f"window ({inside} measured there); output tok/s {tput.output_tok_s:,.1f} at "
-                f"{per_request:.0f} tokens a request is {implied:.2f} req/s: too few requests for either to be "
-                f"steady; raise {more_requests}"
-            )
-    return out
+    if not (tput.req_s and per_request and tput.output_tok_s):
+        return None
+    implied = tput.output_tok_s / per_request
+    return implied if abs(implied / tput.req_s - 1) > 0.25 else None
 
 
 def _row(cell: CellResult, summary: RunSummary) -> dict[str, Any]:
@@ -292,41 +302,102 @@ def _sweep_axes(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return frame[frame["mode"] == "open"], "rate"
 
 
-def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | None = None) -> Any:
-    """Throughput, TTFT P50/P99 and TPOT P50/P99 against concurrency (or rate), per server (seaborn).
+# The tail a latency panel draws: P99 where every repeat of a level supports it, else the highest below.
+_TAILS: tuple[tuple[str, str, Literal["--", ":"], str], ...] = (("p99", "P99", "--", "^"), ("p90", "P90", ":", "v"))
 
-    ``palette``: server -> colour (:func:`bakeoff.report.plots.server_palette`); by default made
-    from every server in ``frame``, so colours match the campaign's other figures.
+
+def _tail_stat(rows: pd.DataFrame, metric: str) -> str | None:
+    """The highest tail percentile every run in ``rows`` supports (their unsupported_figures say which not)."""
+    marks = [m or {} for m in rows["unsupported_figures"]] if "unsupported_figures" in rows else [{}]
+    for stat, _, _, _ in _TAILS:
+        if all(f"{metric}_{stat}" not in m for m in marks) and rows[f"{metric}_{stat}"].notna().all():
+            return stat
+    return None
+
+
+def sweep_levels(data: pd.DataFrame, axis: str, column: str) -> pd.DataFrame:
+    """Per server and measured level: the mean over repeats of ``column`` (the verdict's statistic), min, max."""
+    grouped = data.groupby(["server", axis])[column]
+    return grouped.agg(["mean", "min", "max", "count"]).reset_index()
+
+
+def sweep_figure(frame: pd.DataFrame, workload: str, palette: dict[str, Any] | None = None) -> Any:
+    """Throughput, TTFT and TPOT (P50 and the supported tail) against concurrency (or rate), per server.
+
+    Every point is the mean over a level's repeats, as in the verdict; the shaded band is the
+    range of the repeats (labelled). The x axis ticks at the measured levels only and a line
+    joins only levels the server measured; y axes start at 0, so a gap the size of the noise
+    does not look dramatic. A latency panel's dashed line is P99 only where every repeat of
+    the level supports a P99 (≥100 requests per run); elsewhere the dotted line is P90 where
+    that is supported, and nothing is drawn where neither is (:func:`_tail_stat`).
+    ``palette``: server -> colour (:func:`bakeoff.report.plots.server_palette`).
     """
     import matplotlib.pyplot as plt  # deferred: only the figures need the plotting libraries
-    import seaborn as sns
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     colours = palette or server_palette(frame["server"])
     data, axis = _sweep_axes(frame[frame["workload"] == workload])
+    measured = sorted(float(v) for v in data[axis].dropna().unique())
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    sns.lineplot(data=data, x=axis, y="output_tok_s", hue="server", palette=colours, marker="o", ax=axes[0])
-    for ax, metric in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
-        # P50 solid, P99 dashed: one tidy frame, the statistic as the line style.
-        long = data.melt(
-            id_vars=["server", axis], value_vars=[f"{metric}_p50", f"{metric}_p99"], var_name="stat", value_name="ms"
-        )
-        long["stat"] = long["stat"].str[-3:].str.upper()
-        sns.lineplot(
-            data=long, x=axis, y="ms", hue="server", style="stat", palette=colours, marker="o", ax=ax, legend="brief"
-        )
-    titles = ("output tokens/s", "TTFT ms (P50 solid, P99 dashed)", "TPOT ms (P50 solid, P99 dashed)")
+    servers = sorted(data["server"].unique())
+
+    def draw(
+        ax: Any, server: str, column: str, style: str, mask: dict[float, bool] | None = None, marker: str = "o"
+    ) -> None:
+        levels = sweep_levels(data[data["server"] == server], axis, column).set_index(axis)
+        # Reindexed on every measured level: a level this server lacks (or does not support) breaks the line.
+        levels = levels.reindex(measured)
+        if mask is not None:
+            levels.loc[[lv for lv in measured if not mask.get(lv, False)], ["mean", "min", "max"]] = float("nan")
+        colour = colours.get(server)
+        ax.plot(levels.index, levels["mean"], linestyle=style, marker=marker, markersize=4, color=colour)
+        spread = levels[levels["count"] > 1]
+        if not spread.empty and style == "-":
+            ax.fill_between(levels.index, levels["min"], levels["max"], color=colour, alpha=0.15, linewidth=0)
+
+    tails_drawn: set[str] = set()
+    for server in servers:
+        draw(axes[0], server, "output_tok_s", "-")
+        own = data[data["server"] == server]
+        for ax, metric in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
+            draw(ax, server, f"{metric}_p50", "-")
+            chosen = {float(lv): _tail_stat(rows, metric) for lv, rows in own.groupby(axis)}
+            for stat, label, style, marker in _TAILS:
+                mask = {lv: s == stat for lv, s in chosen.items()}
+                if any(mask.values()):
+                    tails_drawn.add(label)
+                    draw(ax, server, f"{metric}_{stat}", style, mask, marker)
+    tails = [(label, style, marker) for _, label, style, marker in _TAILS if label in tails_drawn]
+    tail_text = ", ".join(f"{label} {'dashed ▲' if style == '--' else 'dotted ▼'}" for label, style, _ in tails)
+    titles = (
+        "output tokens/s",
+        f"TTFT ms (P50 solid{', ' + tail_text if tail_text else ''})",
+        f"TPOT ms (P50 solid{', ' + tail_text if tail_text else ''})",
+    )
     for ax, title in zip(axes, titles, strict=True):
-        ax.set_title(title)
-        ax.set_xlabel(axis)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(f"{axis} (measured levels)")
         ax.set_ylabel("")
         if axis == "concurrency":
             ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(measured))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        if ax.get_legend() is not None:
-            ax.legend(fontsize=7)
+    handles: list[Any] = [Line2D([], [], color=colours.get(s), linewidth=2, label=s) for s in servers]
+    handles += [
+        Line2D([], [], color="grey", linestyle=style, marker=marker, label=label) for label, style, marker in tails
+    ]
+    handles.append(Patch(color="grey", alpha=0.25, label="band: range of the repeats"))
+    axes[0].legend(handles=handles, fontsize=7)
     rehearsal = bool(data["rehearsal"].any()) if "rehearsal" in data else False
+    note = " — points: mean over repeats; a tail only where every repeat supports it"
     fig.suptitle(
-        f"workload: {workload}" + (" — REHEARSAL: reference-server stand-ins, not a measurement" if rehearsal else "")
+        f"workload: {workload}{note}"
+        + (" — REHEARSAL: reference-server stand-ins, not a measurement" if rehearsal else "")
     )
     fig.tight_layout()
     plt.close(fig)  # shown once, by the notebook's display(), not again by the inline backend
@@ -371,12 +442,13 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
                         "run": run,
                         "class": group,
                         "n": block.ttft_ms.n,
-                        "TTFT P50 ms": block.ttft_ms.p50,
-                        "TTFT P99 ms": block.ttft_ms.p99,
-                        "TPOT P50 ms": block.tpot_ms.p50,
-                        "TPOT P99 ms": block.tpot_ms.p99,
-                        "ITL P99 ms": block.itl_ms.p99,
-                        "ITL P99.9 ms": block.itl_ms.p99_9,
+                        # The support rule of every table: a tail n cannot support is shown as what it can.
+                        "TTFT P50 ms": shown(block.ttft_ms, "p50"),
+                        "TTFT P99 ms": shown(block.ttft_ms, "p99"),
+                        "TPOT P50 ms": shown(block.tpot_ms, "p50"),
+                        "TPOT P99 ms": shown(block.tpot_ms, "p99"),
+                        "ITL P99 ms": shown(block.itl_ms, "p99"),
+                        "ITL P99.9 ms": shown(block.itl_ms, "p99_9"),
                     }
                 )
     return pd.DataFrame(rows).round(2)
@@ -385,11 +457,13 @@ def group_table(campaign_dir: Path) -> pd.DataFrame:
 def diagnose(frame: pd.DataFrame) -> list[str]:
     """Plain-language findings, following the measure-first bottleneck checklist.
 
-    How batching scaled throughput, whether requests queued for admission, and what the
-    protocol showed (reuse not realised, failed requests, coalesced chunks, short
-    windows). How close decode came to the memory-bandwidth floor, and a decode speed no
-    memory could deliver (a measurement problem), are the roofline's, in the "Why" section
-    (:func:`bakeoff.report.explain.roofline_notes`): said once, with the KV cache counted.
+    How batching scaled throughput (from two or more measured levels only, each the mean over
+    its repeats: one level says nothing about scaling, and the finding says so), whether
+    requests queued for admission, and what the protocol showed (reuse not realised, failed
+    requests, coalesced chunks, short windows). Which resource bounds a server (memory,
+    batching, compute, bandwidth) is the diagnosis's, in the "Why" section, with its evidence
+    (:mod:`bakeoff.analysis.diagnosis`); how close decode came to the memory-bandwidth floor is
+    the roofline's (:func:`bakeoff.report.explain.roofline_notes`): each said once, in one place.
     """
     notes: list[str] = []
     if "rehearsal" in frame and frame["rehearsal"].any():
@@ -401,31 +475,52 @@ def diagnose(frame: pd.DataFrame) -> list[str]:
         if "rehearsal" in group and group["rehearsal"].any():
             _protocol_notes(notes, workload, server, group)
             continue
-        closed = group[group["mode"] == "closed"].sort_values("concurrency")
-        if len(closed) >= 2:
-            lo, hi = closed.iloc[0], closed.iloc[-1]
-            scale = hi["concurrency"] / lo["concurrency"]
-            gain = hi["output_tok_s"] / lo["output_tok_s"] if lo["output_tok_s"] else 0
-            tpot_growth = hi["tpot_ms_p50"] / lo["tpot_ms_p50"] if lo["tpot_ms_p50"] else 0
-            if gain >= 0.5 * scale:
-                notes.append(
-                    f"{server} / {workload}: throughput grew {gain:.1f}x for {scale:.0f}x concurrency "
-                    "— decode is memory-bandwidth-bound and batching still pays."
-                )
-            else:
-                notes.append(
-                    f"{server} / {workload}: throughput grew only {gain:.1f}x for {scale:.0f}x concurrency "
-                    f"while TPOT rose {tpot_growth:.1f}x — the server is saturated (compute-bound "
-                    "or limited by max_num_seqs); more concurrency buys latency, not throughput."
-                )
-            ttft_ratio = hi["ttft_ms_p99"] / hi["ttft_ms_p50"] if hi["ttft_ms_p50"] else 0
-            if ttft_ratio > 3:
-                notes.append(
-                    f"{server} / {workload}: at concurrency {hi['concurrency']:.0f} P99 TTFT is "
-                    f"{ttft_ratio:.1f}x P50 — requests queue for admission; look at max_num_seqs "
-                    "and the prefill token budget."
-                )
+        closed = group[group["mode"] == "closed"]
+        if not closed.empty:
+            notes.extend(_scaling_notes(f"{server} / {workload}", closed))
         _protocol_notes(notes, workload, server, group)
+    return notes
+
+
+def _scaling_notes(who: str, closed: pd.DataFrame) -> list[str]:
+    """How throughput and latency moved from the lowest measured level to the highest (means over repeats)."""
+    columns = ["output_tok_s", "tpot_ms_p50", "ttft_ms_p50", "ttft_ms_p99"]
+    by_level = closed.groupby("concurrency")[columns].mean(numeric_only=True).sort_index()
+    if len(by_level) < 2:
+        level = ", ".join(f"{c:g}" for c in by_level.index)
+        return [
+            f"{who}: no scaling finding — one concurrency level measured ({level}); how throughput scales "
+            "with load needs two or more levels."
+        ]
+    lo_c, hi_c = float(by_level.index[0]), float(by_level.index[-1])
+    lo, hi = by_level.iloc[0], by_level.iloc[-1]
+    scale = hi_c / lo_c
+    where = f"from concurrency {lo_c:g} to {hi_c:g} ({scale:g}x; means over repeats)"
+    if not lo["output_tok_s"] or pd.isna(lo["output_tok_s"]) or pd.isna(hi["output_tok_s"]):
+        return []
+    gain = hi["output_tok_s"] / lo["output_tok_s"]
+    tpot = hi["tpot_ms_p50"] / lo["tpot_ms_p50"] if lo["tpot_ms_p50"] else None
+    tpot_text = f"; TPOT P50 rose {tpot:.1f}x" if tpot is not None and not pd.isna(tpot) else ""
+    notes = []
+    if gain >= 0.5 * scale:
+        notes.append(f"{who}: throughput grew {gain:.1f}x {where}{tpot_text} — batching still pays.")
+    else:
+        # A conclusion only as far as the numbers go: "bought latency" needs TPOT to have risen.
+        bought = tpot is not None and not pd.isna(tpot) and tpot >= TPOT_FLAT
+        what = "more concurrency bought latency, not throughput" if bought else "throughput stopped scaling"
+        notes.append(
+            f"{who}: throughput grew only {gain:.1f}x {where}{tpot_text} — {what} (what limits it: the "
+            "diagnosis under Why)."
+        )
+    p50, p99 = hi["ttft_ms_p50"], hi["ttft_ms_p99"]
+    top = closed[closed["concurrency"] == hi_c]
+    marks: Any = top.get("unsupported_figures", [])
+    tail_ok = not any("ttft_ms_p99" in (m or {}) for m in marks)  # a P99 the sample supports, or none
+    if tail_ok and p50 and not pd.isna(p99) and p99 / p50 > 3:
+        notes.append(
+            f"{who}: at concurrency {hi_c:g} P99 TTFT is {p99 / p50:.1f}x P50 — requests queue for admission; "
+            "look at max_num_seqs and the prefill token budget."
+        )
     return notes
 
 
@@ -583,7 +678,8 @@ def verdict_section(campaign_dir: Path) -> str:
         return "Rehearsal: no verdict is drawn. Every server was a reference-server stand-in, not a framework."
     notes = [n for n in (verdict.auto_repeats_note(campaign_dir),) if n is not None]
     notes += verdict.saturation_notes(campaign_dir)
-    return verdict.markdown(verdict.verdicts(campaign_dir), verdict.campaign_slo(campaign_dir), notes)
+    slo = verdict.campaign_slo(campaign_dir)
+    return verdict.markdown(verdict.verdicts(campaign_dir), slo, notes, verdict.slo_basis(campaign_dir, slo))
 
 
 def noise_table(campaign_dir: Path) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bakeoff.results.layout import load_cells
-from bakeoff.results.metric_table import NS_PER_MS, tpot_ms, ttft_ms
+from bakeoff.results.metric_table import NS_PER_MS, shown, tpot_ms, ttft_ms
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import RECORDS_PARQUET, read_records
 from bakeoff.results.summary import RunSummary
@@ -64,10 +64,10 @@ def trace_table(campaign_dir: Path) -> pd.DataFrame:
                 "left out": sum((info.get("left_out") or {}).values()),
                 "offered req/s": info.get("offered_rate"),
                 "achieved req/s": s.throughput.req_s,
-                "send lateness P99 ms": s.queue_delay_ms.p99 if s.queue_delay_ms else None,
-                "TTFT P50 ms": s.latency.ttft_ms.p50,
-                "TTFT P99 ms": s.latency.ttft_ms.p99,
-                "TPOT P50 ms": s.latency.tpot_ms.p50,
+                "send lateness P99 ms": shown(s.queue_delay_ms, "p99") if s.queue_delay_ms else None,
+                "TTFT P50 ms": shown(s.latency.ttft_ms, "p50"),
+                "TTFT P99 ms": shown(s.latency.ttft_ms, "p99"),
+                "TPOT P50 ms": shown(s.latency.tpot_ms, "p50"),
                 "designed reuse": pc.designed_reuse if pc else None,
                 "server hit rate": pc.server_hit_rate if pc else None,
             }
@@ -89,10 +89,10 @@ def sharing_class_table(campaign_dir: Path) -> pd.DataFrame:
                     "workload": tr.workload,
                     "prefix shared": group,
                     "n": block.ttft_ms.n,
-                    "TTFT P50 ms": block.ttft_ms.p50,
-                    "TTFT P99 ms": block.ttft_ms.p99,
-                    "TPOT P50 ms": block.tpot_ms.p50,
-                    "E2E P50 ms": block.e2e_ms.p50,
+                    "TTFT P50 ms": shown(block.ttft_ms, "p50"),
+                    "TTFT P99 ms": shown(block.ttft_ms, "p99"),
+                    "TPOT P50 ms": shown(block.tpot_ms, "p50"),
+                    "E2E P50 ms": shown(block.e2e_ms, "p50"),
                 }
             )
     return pd.DataFrame(rows).round(2)

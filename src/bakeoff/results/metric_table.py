@@ -693,8 +693,50 @@ def headline_columns() -> dict[str, str]:
     return labels
 
 
+def highest_supported(dist: Stat) -> StatName | None:
+    """The highest percentile ``dist``'s sample supports (P90 at n=24), or None when it supports none."""
+    found: StatName | None = None
+    for name in PERCENTILES:
+        if dist.supported(name) and dist.value(name) is not None:
+            found = name
+    return found
+
+
+def needed_samples(name: StatName) -> int:
+    """The fewest samples that support percentile ``name`` (P99: 100)."""
+    return max(1, round(100.0 / (100.0 - PERCENTILES[name]))) if name in PERCENTILES else 1
+
+
+def supported_text(dist: Stat, stat: StatName, digits: int = 2) -> str:
+    """What a table shows in place of a percentile ``dist``'s sample does not support: the highest one it does.
+
+    ``P90 41.20 (n=24; P99 needs ≥100)``: the one support rule, said the same in the report's
+    tables and bench's terminal; ``unsupported (n=1)`` when no percentile is supported, and
+    ``unsupported`` when the distribution is not a measurement at all (coalesced chunks).
+    """
+    if dist.unsupported is not None:
+        return "unsupported"
+    best = highest_supported(dist)
+    if best is None or PERCENTILES.get(best, 0.0) >= PERCENTILES.get(stat, 0.0):
+        return f"unsupported (n={dist.n})"
+    return (
+        f"{STAT_LABELS[best]} {dist.value(best):,.{digits}f} "
+        f"(n={dist.n}; {STAT_LABELS[stat]} needs ≥{needed_samples(stat)})"
+    )
+
+
+def shown(dist: Stat, stat: StatName) -> float | str | None:
+    """A table cell for ``stat`` of ``dist``: the number where the sample supports it, else :func:`supported_text`.
+
+    None where there is no sample at all (a class no request fell in).
+    """
+    if dist.n == 0 and dist.unsupported is None:
+        return None
+    return dist.value(stat) if dist.supported(stat) else supported_text(dist, stat)
+
+
 def unsupported_figures(summary: RunSummary) -> dict[str, str]:
-    """Frame column -> why its figure is not a measurement (too few samples, coalesced chunks)."""
+    """Frame column -> what to show instead of a figure that is not a measurement (:func:`supported_text`)."""
     found: dict[str, str] = {}
     for metric in METRICS:
         if metric.read is not None:
@@ -704,7 +746,7 @@ def unsupported_figures(summary: RunSummary) -> dict[str, str]:
             continue  # not a figure of this run at all (it did not reason)
         for stat in metric.frame_stats:
             if not dist.supported(stat):
-                found[f"{metric.key}_{stat}"] = "unsupported" if dist.unsupported else f"unsupported (n={dist.n})"
+                found[f"{metric.key}_{stat}"] = supported_text(dist, stat)
     return found
 
 

@@ -1,0 +1,78 @@
+"""What the history says a campaign will cost: measured start-up times and decode speeds per backend.
+
+``campaign validate`` estimates a campaign's duration from a per-token decode time and a
+start-up time (:mod:`bakeoff.campaign.progress`). Assumed figures were off by 2-3x on the
+demo (28 min estimated for 12.5 measured), so where the history holds earlier measured runs
+of a backend, its figures are used instead: the median cold start of its cells (``cell.json``
+effort) and the median TPOT P50 of its runs (seconds a decode step took). Rehearsals (the
+reference server's fixed pace) are never calibration.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakeoff.errors import ResultsError
+from bakeoff.history.archive import archives, finished_runs, manifest
+from bakeoff.results.store import CELL_INFO, read_json_or_empty
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per backend: seconds per decode step and per server start, medians over the history's runs."""
+
+    token_s: dict[str, float] = field(default_factory=dict)
+    start_s: dict[str, float] = field(default_factory=dict)
+    runs: dict[str, int] = field(default_factory=dict)  # backend -> runs the token figure rests on
+
+    def text(self) -> str:
+        """``calibrated from history: vllm-cpu 9 ms per output token, 38 s per start (12 runs)``."""
+        parts = []
+        for backend in sorted(set(self.token_s) | set(self.start_s)):
+            figures = []
+            if backend in self.token_s:
+                figures.append(f"{self.token_s[backend] * 1000:.1f} ms per output token")
+            if backend in self.start_s:
+                figures.append(f"{self.start_s[backend]:.0f} s per start")
+            parts.append(f"{backend} {', '.join(figures)} ({self.runs.get(backend, 0)} runs)")
+        return "calibrated from history: " + "; ".join(parts)
+
+
+def calibrate(root: Path) -> Calibration | None:
+    """The history's measured figures per backend; None when it holds no measured run."""
+    tpots: dict[str, list[float]] = {}
+    starts: dict[str, list[float]] = {}
+    if not root.is_dir():
+        return None
+    for archive in archives(root):
+        try:
+            if manifest(archive).get("rehearsal"):
+                continue
+            runs = finished_runs(archive)
+        except ResultsError:
+            continue  # a damaged archive calibrates nothing; history commands say what is wrong
+        backends: dict[str, str] = {}
+        for cell in sorted({r.cell_id for r in runs}):
+            info = read_json_or_empty(archive / "cells" / cell / CELL_INFO)
+            backend = info.get("backend") or (info.get("server") or {}).get("backend")
+            if not isinstance(backend, str):
+                continue
+            backends[cell] = backend
+            start = (info.get("effort") or {}).get("cold_start_s")
+            if isinstance(start, int | float) and start > 0:
+                starts.setdefault(backend, []).append(float(start))
+        for run in runs:
+            backend = backends.get(run.cell_id)
+            tpot = run.summary.latency.tpot_ms.p50
+            if backend is None or run.summary.rehearsal or not tpot:
+                continue
+            tpots.setdefault(backend, []).append(tpot / 1000.0)
+    if not tpots and not starts:
+        return None
+    return Calibration(
+        {b: statistics.median(v) for b, v in tpots.items()},
+        {b: statistics.median(v) for b, v in starts.items()},
+        {b: len(v) for b, v in tpots.items()},
+    )
