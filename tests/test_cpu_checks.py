@@ -13,6 +13,7 @@ import pytest
 
 from bakeoff.campaign.cells import expand
 from bakeoff.campaign.specs import CampaignSpec
+from bakeoff.campaign.tune import host_only
 from bakeoff.errors import SpecError
 from bakeoff.serving import cpu_checks
 from bakeoff.serving.backends import load_backend
@@ -97,3 +98,13 @@ def test_a_campaign_refuses_what_this_host_cannot_run_and_not_what_runs_elsewher
     monkeypatch.setattr(cpu_checks, "CPUINFO", _cpuinfo(tmp_path, AVX512))
     assert len(expand(_campaign([fp8]), None)) == 1
     assert len(expand(_campaign([{"backend": "vllm-cpu", "label": "base"}], ladder), None)) == 1
+
+
+def test_a_tune_leaves_out_the_choices_this_host_cannot_run(tmp_path: Path) -> None:
+    backend = load_backend("vllm-cpu")
+    assert backend.tune is not None and "fp8" in (backend.tune.knobs["kv_cache_dtype"].choices or [])
+    avx2 = host_only(backend.tune, backend, host_cpu_flags(_cpuinfo(tmp_path, AVX2)))
+    assert avx2.knobs["kv_cache_dtype"].choices == ["auto"]
+    assert avx2.knobs["max_num_seqs"] == backend.tune.knobs["max_num_seqs"]  # ranges are left alone
+    avx512 = host_only(backend.tune, backend, host_cpu_flags(_cpuinfo(tmp_path, AVX512)))
+    assert avx512.knobs["kv_cache_dtype"].choices == ["auto", "fp8"]

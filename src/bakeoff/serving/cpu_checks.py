@@ -6,7 +6,8 @@ neither an FP8 KV cache (``cpu_attn.py``'s ``_get_attn_isa`` raises "FP8 KV cach
 requires x86 with AVX-512 or AMX") nor the ``cpu_gemm_wna16`` op of the W4A16 kernel. The
 server would find out only once it had loaded the model. A knob's ``needs_cpu`` (backend YAML:
 value -> flag sets and the reason) says what such a value needs; :func:`check_cpu_needs`
-refuses it on a host whose ``/proc/cpuinfo`` flags have none of those sets, quoting the reason.
+refuses it on a host whose ``/proc/cpuinfo`` flags have none of those sets, quoting the reason;
+:func:`refusal` words it for one value (``bakeoff tune`` leaves such choices out of its space).
 
 :func:`host_cpu_flags` reads the flags (None where there is no ``/proc/cpuinfo``: nothing is
 refused then, the server decides); the check itself is pure and tested with sample flag sets.
@@ -48,17 +49,24 @@ def check_cpu_needs(
     if flags is None:
         return
     for name, value in knobs.items():
-        spec = backend.knobs.get(name)
-        if spec is None or not spec.needs_cpu:
-            continue
-        key = value_key(check_knob(backend, name, value))
-        need = spec.needs_cpu.get(key)
-        if need is None or any(set(group) <= set(flags) for group in need.any_of):
-            continue
-        wanted = " or ".join("(" + " ".join(group) + ")" for group in need.any_of)
-        default = "unset" if spec.default is None else value_key(spec.default)
-        raise SpecError(
-            f"{where}{name}: {backend.name} {backend.version} cannot take {name} {key} on this host: "
-            f"{need.reason}. The host's CPU flags have none of {wanted}. Fix: run this server on a host "
-            f"with those, or set {name}: {default}"
-        )
+        why = refusal(backend, name, value, flags)
+        if why is not None:
+            spec = backend.knobs[name]
+            default = "unset" if spec.default is None else value_key(spec.default)
+            raise SpecError(
+                f"{where}{name}: {backend.name} {backend.version} cannot take {name} "
+                f"{value_key(check_knob(backend, name, value))} on this host: {why}. Fix: run this server "
+                f"on a host with those, or set {name}: {default}"
+            )
+
+
+def refusal(backend: BackendSpec, name: str, value: KnobValue, flags: Collection[str]) -> str | None:
+    """Why a host with ``flags`` cannot run ``name: value`` on this backend (reason and missing flags), or None."""
+    spec = backend.knobs.get(name)
+    if spec is None or not spec.needs_cpu:
+        return None
+    need = spec.needs_cpu.get(value_key(check_knob(backend, name, value)))
+    if need is None or any(set(group) <= set(flags) for group in need.any_of):
+        return None
+    wanted = " or ".join("(" + " ".join(group) + ")" for group in need.any_of)
+    return f"{need.reason}. The host's CPU flags have none of {wanted}"
