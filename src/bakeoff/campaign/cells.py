@@ -30,6 +30,7 @@ from bakeoff.results.layout import CAMPAIGN_COPY, REHEARSAL_MARKER, cell_folder_
 from bakeoff.results.store import atomic_write_bytes
 from bakeoff.serving import launchers
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
+from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
 from bakeoff.serving.engine_env import engine_python
 from bakeoff.serving.gpu_checks import (
     KvDtype,
@@ -144,6 +145,8 @@ def expand(
     # written into the server's knobs, so the run records and renders them like set ones.
     pinned = apply_pins([(b, dict(s.knobs)) for b, s in zip(backends, spec.servers, strict=True)])
     servers = [s.model_copy(update={"knobs": k}) for s, k in zip(spec.servers, pinned, strict=True)]
+    # The CPU engines bakeoff starts run on this host: a knob value their build lacks kernels for is refused here.
+    flags = host_cpu_flags()
     for i, (server, backend) in enumerate(zip(servers, backends, strict=True)):
         where = f"servers[{i}]"
         if backend.accelerator == "gpu" and not spec.gpu:
@@ -153,6 +156,8 @@ def expand(
         except KnobError as exc:  # located as a schema error is: the path of the knobs the user wrote
             raise KnobError(f"servers.{i}.knobs ({server.label}): {exc}") from None
         check_model_dtype(where, backend, dict(server.knobs), server.model_path or model_dir)
+        if backend.accelerator == "cpu" and server.url is None:
+            check_cpu_needs(f"{where}.knobs.", backend, dict(server.knobs), flags)
         headers = request_headers(
             server.api_key_env, server.headers, where=f"{where}.api_key_env", where_headers=f"{where}.headers"
         )
@@ -181,6 +186,8 @@ def expand(
             knobs = {**knobs, **step.knobs}
             try:
                 render_launch(backend, knobs, model="/model", served_model_name="m", port=8000)
+                if backend.accelerator == "cpu" and base.url is None:
+                    check_cpu_needs(f"ladder.steps[{i}].knobs.", backend, knobs, flags)
             except SpecError as exc:
                 raise SpecError(f"ladder.steps[{i}] ({step.name}): {exc}") from exc
             launches.append((f"ladder.steps[{i}]", backend, dict(knobs)))

@@ -22,15 +22,7 @@ from bakeoff.analysis import saturation, verdict
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.cold_cache import CellServer
-from bakeoff.campaign.ladder import (
-    LADDER_FILE,
-    LADDER_MARKDOWN,
-    LadderResult,
-    StepOutcome,
-    decide,
-    outcome_of,
-    waterfall_markdown,
-)
+from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
 from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
@@ -47,7 +39,16 @@ from bakeoff.notebook.htmlexport import export_html
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.paths import notebook, notebook_kernel, reports_dir
-from bakeoff.results.layout import AUTO_REPEATS, CAMPAIGN_COPY, QUALITY_FILE, REHEARSAL_TAG, is_rehearsal, load_cells
+from bakeoff.results.layout import (
+    AUTO_REPEATS,
+    CAMPAIGN_COPY,
+    LADDER_FILE,
+    LADDER_MARKDOWN,
+    QUALITY_FILE,
+    REHEARSAL_TAG,
+    is_rehearsal,
+    load_cells,
+)
 from bakeoff.results.store import (
     CELL_INFO,
     SUMMARY,
@@ -470,13 +471,14 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) ->
         for step in spec.ladder.steps:
             server = base.model_copy(update={"label": step.name, "knobs": {**kept.knobs, **step.knobs}})
             outcome = measure(server)
+            outcome.why = step.why
             decision = decide(spec.ladder, kept, outcome)
             steps.append((outcome, decision))
             verdict = "kept" if decision.kept else "rolled back: " + "; ".join(decision.reasons)
             print(f"ladder: {step.name} {verdict}", flush=True)
             if decision.kept:
                 kept = outcome
-        result = LadderResult(baseline, steps)
+        result = LadderResult(baseline, steps, spec.ladder)
         write_json(out / LADDER_FILE, result.to_json())
         atomic_write_bytes(out / LADDER_MARKDOWN, waterfall_markdown(result).encode())
         print(f"ladder: final {result.final.label}; chain {' -> '.join(result.chain)}", flush=True)

@@ -8,9 +8,11 @@ which case it is rolled back and the next step starts again from the last kept o
 the recommended way to tune a server (measure a baseline, turn one knob at a time, re-test
 speed *and* quality, keep a rollback) turned into a campaign.
 
-This module owns the section, the keep/rollback decision (:func:`decide`, pure) and the
-waterfall (:func:`waterfall_markdown`); :func:`bakeoff.campaign.execute.run_campaign` drives
-the cells and writes ``ladder.json`` and ``ladder.md`` into the campaign folder.
+This module owns the section, the outcome of a step (:func:`outcome_of`: speed, peak server
+memory, quality) and the keep/rollback decision (:func:`decide`, pure);
+:func:`bakeoff.campaign.execute.run_campaign` drives the cells and writes ``ladder.json`` and
+``ladder.md`` into the campaign folder. The waterfall itself, in ``ladder.md`` and in the
+report, is :mod:`bakeoff.report.ladder_report`'s, read from ``ladder.json``.
 
 Quality bound, against the last kept step: the exact-answer rate may drop by at most
 ``max_exact_drop`` (absolute share), and greedy outputs must keep a word agreement
@@ -25,12 +27,11 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from bakeoff.campaign.quality import word_agreement
+from bakeoff.observe.telemetry_series import SERIES_FILE, read_series
+from bakeoff.report.ladder_report import waterfall_markdown as markdown_of
 from bakeoff.results.layout import CellResult
 from bakeoff.schema import Strict
 from bakeoff.serving.backends import KnobValue
-
-LADDER_FILE = "ladder.json"
-LADDER_MARKDOWN = "ladder.md"
 
 
 class LadderStep(Strict):
@@ -73,10 +74,12 @@ class StepOutcome:
     tpot_ms_p99: float | None = None
     itl_per_token_ms_p50: float | None = None
     spec_acceptance_rate: float | None = None
+    peak_rss_mib: float | None = None  # the server's process tree, highest over the measured windows
     dtypes: dict[str, str] = field(default_factory=dict)  # weights and KV cache, as the server ran
     exact: float | None = None
     exact_by_group: dict[str, float | None] = field(default_factory=dict)
     answers: dict[str, str] = field(default_factory=dict, repr=False)
+    why: str = ""  # what the step was expected to buy (the ladder step's why)
 
 
 @dataclass
@@ -93,6 +96,19 @@ class Decision:
 def _mean(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
+
+
+def peak_rss_mib(cells: list[CellResult]) -> float | None:
+    """The server's highest resident memory over every run's telemetry series, in MiB."""
+    peaks = []
+    for cell in cells:
+        for run in cell.summaries:
+            path = cell.dir / "runs" / run / SERIES_FILE
+            if path.is_file():
+                series = read_series(path)
+                if "rss_bytes" in series and series["rss_bytes"].notna().any():
+                    peaks.append(float(series["rss_bytes"].max()) / 2**20)
+    return max(peaks) if peaks else None
 
 
 def outcome_of(
@@ -117,6 +133,7 @@ def outcome_of(
             [None if s.latency.itl_per_token_ms.unsupported else s.latency.itl_per_token_ms.p50 for s in summaries]
         ),
         spec_acceptance_rate=_mean([s.speculative.acceptance_rate if s.speculative else None for s in summaries]),
+        peak_rss_mib=peak_rss_mib([c for c in cells if c.status == "ok"]),
         dtypes=dict(next((c.effort.get("server", {}).get("dtypes") for c in cells if c.status == "ok"), None) or {}),
         exact=rates.get("exact"),
         exact_by_group=dict((quality or {}).get("exact_by_group") or {}),
@@ -148,6 +165,7 @@ def decide(spec: LadderSpec, kept: StepOutcome, step: StepOutcome) -> Decision:
 class LadderResult:
     baseline: StepOutcome
     steps: list[tuple[StepOutcome, Decision]]
+    spec: LadderSpec | None = None  # the bound the steps were judged by, for the report
 
     @property
     def final(self) -> StepOutcome:
@@ -165,77 +183,19 @@ class LadderResult:
             row.pop("answers")
             return row
 
+        bound = (
+            {}
+            if self.spec is None
+            else {"max_exact_drop": self.spec.max_exact_drop, "min_word_agreement": self.spec.min_word_agreement}
+        )
         return {
             "baseline": plain(self.baseline),
             "steps": [{"outcome": plain(o), "decision": asdict(d)} for o, d in self.steps],
             "final": {"label": self.final.label, "knobs": self.final.knobs, "chain": self.chain},
+            "bound": bound,
         }
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0%}"
-
-
-def _change(new: float | None, old: float | None) -> str:
-    if new is None or not old:
-        return "—"
-    return f"{new / old - 1:+.0%}"
-
-
 def waterfall_markdown(result: LadderResult) -> str:
-    """The waterfall: each step against the step it was judged on, kept or rolled back, then the final chain."""
-    groups = sorted({g for o in [result.baseline, *(o for o, _ in result.steps)] for g in o.exact_by_group})
-    head = ["step", "kept", "out tok/s", "Δ tok/s", "TTFT P50 ms", "TPOT P50 ms", "TPOT P99 ms", "ITL/token P50 ms"]
-    head += ["exact", "Δ exact"]
-    head += [f"exact: {g}" for g in groups] + ["word agreement", "draft acceptance", "weights", "KV", "why"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def row(outcome: StepOutcome, decision: Decision | None, against: StepOutcome | None) -> str:
-        cells = [
-            outcome.label,
-            "baseline" if decision is None else ("kept" if decision.kept else "rolled back"),
-            _num(outcome.output_tok_s),
-            "—" if against is None else _change(outcome.output_tok_s, against.output_tok_s),
-            _num(outcome.ttft_ms_p50),
-            _num(outcome.tpot_ms_p50, 2),
-            _num(outcome.tpot_ms_p99, 2),
-            # Per token, not per chunk: with speculation a chunk can carry several tokens.
-            _num(outcome.itl_per_token_ms_p50, 2),
-            _pct(outcome.exact),
-            "—" if decision is None or decision.exact_change is None else f"{decision.exact_change:+.0%}",
-            *(_pct(outcome.exact_by_group.get(g)) for g in groups),
-            "—" if decision is None else _pct(decision.word_agreement),
-            _pct(outcome.spec_acceptance_rate),
-            outcome.dtypes.get("weights", "—"),
-            outcome.dtypes.get("kv_cache", "—"),
-            "" if decision is None else ("; ".join(decision.reasons) or "within the quality bound"),
-        ]
-        return "| " + " | ".join(cells) + " |"
-
-    lines.append(row(result.baseline, None, None))
-    kept = result.baseline
-    for outcome, decision in result.steps:
-        lines.append(row(outcome, decision, kept))
-        if decision.kept:
-            kept = outcome
-    final = result.final
-    knobs = ", ".join(f"{k}={v}" for k, v in sorted(final.knobs.items())) or "(defaults)"
-    return "\n".join(
-        [
-            "## Optimization ladder",
-            "",
-            "Each step is measured on top of the last kept step and judged against it (Δ columns).",
-            "",
-            *lines,
-            "",
-            f"**Final configuration:** `{final.label}` ({knobs}); "
-            f"{_change(final.output_tok_s, result.baseline.output_tok_s)} output tok/s against the baseline.",
-            "",
-            "**Rollback chain:** " + " → ".join(f"`{label}`" for label in result.chain),
-            "",
-        ]
-    )
+    """``ladder.md``: the report's waterfall (:mod:`bakeoff.report.ladder_report`) of this result."""
+    return markdown_of(result.to_json())

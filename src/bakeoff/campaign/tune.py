@@ -78,6 +78,7 @@ from bakeoff.results.summary import RunSummary
 from bakeoff.schema import format_validation_error
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.serving.containers import reap_containers
+from bakeoff.serving.cpu_checks import host_cpu_flags, refusal
 from bakeoff.serving.knobs import broken_constraints, check_knob, resolve_space
 from bakeoff.serving.process import reap_leftovers
 from bakeoff.serving.server_config import ServerConfig
@@ -148,6 +149,8 @@ def resolve_groups(spec: CampaignSpec, tune: TuneSpec) -> list[Group]:
         only = [k for k in tune.only if k in backend.knobs] if tune.only is not None else None
         space = resolve_space(backend, own.merged(mine, only), f"tune ({where}, backend {backend.name})", only)
         space = _cores_only(space)
+        if backend.accelerator == "cpu" and server.url is None:
+            space = host_only(space, backend, host_cpu_flags())
         mapped |= set(space.knobs)
         groups.append(Group(server.label, server, backend, space, ordered(space)))
     named = set(tune.knobs) | set(tune.only or [])
@@ -176,6 +179,25 @@ def _cores_only(space: TuneSpace) -> TuneSpace:
     elif rng.high is not None and rng.high > cores and rng.low is not None:
         rng = rng.model_copy(update={"high": float(max(cores, rng.low))})
     return space.model_copy(update={"knobs": {**space.knobs, "threads": rng}})
+
+
+def host_only(space: TuneSpace, backend: BackendSpec, flags: frozenset[str] | None) -> TuneSpace:
+    """Choices this host's CPU cannot run (vLLM-CPU's fp8 KV cache without AVX-512) are cut from
+    the space, as threads above its cores are: each would be a failed trial."""
+    if flags is None:
+        return space
+    knobs = dict(space.knobs)
+    for name, rng in space.knobs.items():
+        if rng.choices is not None:
+            kept = [c for c in rng.choices if refusal(backend, name, c, flags) is None]
+            if len(kept) < len(rng.choices):
+                cut = [c for c in rng.choices if c not in kept]
+                print(f"tune: {backend.name}: {name} {', '.join(map(str, cut))} left out, this host cannot run it")
+                if kept:
+                    knobs[name] = KnobRange(choices=kept)
+                else:
+                    del knobs[name]
+    return space.model_copy(update={"knobs": knobs})
 
 
 def trial_workloads(wl: Workload, load: float, tune: TuneSpec) -> tuple[Workload, Workload]:

@@ -22,6 +22,7 @@ import psutil
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
 from bakeoff.serving.backends import BackendSpec, load_backend
+from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
 from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.knobs import parse_knob_args
 from bakeoff.serving.launch_render import render_launch
@@ -73,6 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = ServerConfig(backend=backend.name, knobs=parse_knob_args(args.knob))
     # Knobs are refused before anything starts, as in a campaign.
     render_launch(backend, server.knobs, model="/model", served_model_name=args.served_name, port=8000)
+    if backend.accelerator == "cpu" and not args.rehearse:
+        check_cpu_needs("--knob ", backend, server.knobs, host_cpu_flags())
     if args.port is not None and not 0 < args.port < 65536:
         raise SpecError(f"--port {args.port}: a TCP port is 1-65535")
     if args.port is not None and port_in_use(args.port):

@@ -288,6 +288,43 @@ def prefix_cache_table(frame: pd.DataFrame) -> pd.DataFrame:
     return sub[cols].round(3) if not sub.empty else sub
 
 
+def _gap(dist: Stat, stat: StatName) -> float | str | None:
+    if dist.unsupported is not None:
+        return "unsupported"  # chunks coalesced on the way: the gaps are not the server's
+    return dist.value(stat) if dist.supported(stat) else None
+
+
+def speculative_table(campaign_dir: Path) -> pd.DataFrame:
+    """Runs with speculative decoding: acceptance from the server's counters, ITL per chunk beside per token.
+
+    A speculative step streams several tokens in one chunk, so the gap between chunks (ITL)
+    grows while the time per token falls; only the two together say what the user sees.
+    """
+    rows = []
+    for cell in load_cells(campaign_dir):
+        for run, summary in cell.summaries.items():
+            spec = summary.speculative
+            if spec is None:
+                continue
+            latency = summary.latency
+            rows.append(
+                {
+                    "server": cell.label,
+                    "workload": cell.workload,
+                    "run": run,
+                    "draft acceptance %": None if spec.acceptance_rate is None else 100 * spec.acceptance_rate,
+                    "accepted per step": spec.accepted_per_step,
+                    "draft tokens": spec.draft_tokens,
+                    "ITL P50 ms (per chunk)": _gap(latency.itl_ms, "p50"),
+                    "ITL/token P50 ms": _gap(latency.itl_per_token_ms, "p50"),
+                    "ITL P99 ms (per chunk)": _gap(latency.itl_ms, "p99"),
+                    "ITL/token P99 ms": _gap(latency.itl_per_token_ms, "p99"),
+                    "TPOT P50 ms": _gap(latency.tpot_ms, "p50"),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def failures_table(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame

@@ -20,6 +20,9 @@ from bakeoff.results.summary import RunSummary
 CAMPAIGN_COPY = "campaign.yaml"  # as written by bakeoff.campaign.cells.prepare
 CELL_SEPARATOR = "__"  # a cell folder is SERVER__WORKLOAD, and SERVER__WORKLOAD__rN for repeat N > 1
 QUALITY_FILE = "quality.json"
+# A ladder campaign's steps and decisions, and the same as Markdown (bakeoff.campaign.ladder).
+LADDER_FILE = "ladder.json"
+LADDER_MARKDOWN = "ladder.md"
 # The rates a quality check reports, in the order the report shows them.
 QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement", "word_agreement")
 REHEARSAL_MARKER = "rehearsal.json"

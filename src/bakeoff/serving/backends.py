@@ -71,6 +71,17 @@ class PinSpec(_Strict):
     value: KnobValue = Field(description="every server of this backend leaving the pinned knob unset gets this")
 
 
+class CpuNeed(_Strict):
+    """The CPU features a knob value needs on the host its server runs on.
+
+    Flags are spelled as ``/proc/cpuinfo`` spells them; the host must have every flag of at
+    least one set in ``any_of`` (e.g. AVX-512's four, or AMX's tile flag).
+    """
+
+    any_of: list[list[str]] = Field(min_length=1, description="flag sets; the host needs every flag of one")
+    reason: str = Field(min_length=1, description="why, from the framework's own code")
+
+
 class KnobSpec(_Strict):
     """How one vocabulary knob reaches a backend, and which values it accepts.
 
@@ -108,6 +119,9 @@ class KnobSpec(_Strict):
     )
     needs_model_dtype: list[str] = Field(
         default_factory=list, description="values the framework refuses unless the model dtype is the same"
+    )
+    needs_cpu: dict[str, CpuNeed] = Field(
+        default_factory=dict, description="value -> the host CPU features the framework needs for it"
     )
     pin_with: PinSpec | None = None
     note: str = ""

@@ -223,8 +223,9 @@ def effective_dtypes(
 ) -> dict[str, str]:
     """The weight and KV-cache types a server runs with, for the report.
 
-    ``weight_types``: a GGUF's tensor types by count (what llama-quantize actually wrote);
-    otherwise the ``dtype`` knob. KV ``auto`` is llama.cpp's f16 for GGUF backends and the
+    ``weight_types``: the served file's tensor types by count (what llama-quantize or GPTQ
+    actually wrote); otherwise the quantization knob's value, or the ``dtype`` knob. KV
+    ``auto`` is llama.cpp's f16 for GGUF backends and the
     weights' dtype for the others.
     """
 
@@ -235,7 +236,11 @@ def effective_dtypes(
         return None if spec is None or spec.default is None else value_key(spec.default)
 
     dtype = value("dtype") or "model dtype"
-    weights = ", ".join(f"{name} x{count}" for name, count in weight_types.items()) if weight_types else dtype
+    # Unread (no server yet): a quantized model file is named by its knob value.
+    chosen = model_file_choice(backend, knobs)
+    weights = chosen if chosen != "none" else dtype
+    if weight_types:
+        weights = ", ".join(f"{name} x{count}" for name, count in weight_types.items())
     kv = value("kv_cache_dtype") or "auto"
     if kv == "auto":
         kv = "f16" if backend.model_format == "gguf" else dtype

@@ -33,6 +33,8 @@ from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
 from bakeoff.measure.control import check_server
 from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization, tensor_types
 from bakeoff.models.model_source import ContainerModel, ModelSource
+from bakeoff.models.quantized import w4a16_checkpoint
+from bakeoff.models.quantized import weight_types as quantized_weight_types
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
 from bakeoff.serving.containers import container_run_args, render_container_launch, run_container
@@ -97,12 +99,18 @@ def _process(ctx: LaunchContext) -> Started:
     model_arg = str(model_dir)
     convert_s = None
     draft = {"draft_model": str(ctx.draft_dir)} if ctx.draft_dir is not None else {}
+    weights: dict[str, int] | None = None
     if backend.model_format == "gguf":
         gguf = gguf_for_quantization(model_dir, model_file_choice(backend, ctx.server.knobs))
         model_arg, convert_s = str(gguf), conversion_seconds(gguf)
+        weights = tensor_types(gguf)
         if ctx.draft_dir is not None:
             # A draft for llama.cpp is a GGUF too; the draft runs in bf16 whatever the target's type.
             draft = {"draft_model": str(convert_to_gguf(ctx.draft_dir))}
+    elif model_file_choice(backend, ctx.server.knobs) == "w4a16":
+        # vLLM reads 4-bit weights from a checkpoint quantized beforehand (GPTQ, cached).
+        checkpoint = w4a16_checkpoint(model_dir)
+        model_arg, weights = str(checkpoint), quantized_weight_types(checkpoint)
     port = ctx.host_port()
     launch = render_launch(
         backend,
@@ -117,8 +125,7 @@ def _process(ctx: LaunchContext) -> Started:
         launch, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
-        if backend.model_format == "gguf":
-            handle.weight_types = tensor_types(Path(model_arg))
+        handle.weight_types = weights
         yield handle, launch
 
 

@@ -1,0 +1,147 @@
+"""The ladder's waterfall and the speculative-decoding table in the report, from synthetic results
+(no engine, no kernel).
+
+The result is made the way a ladder campaign makes it (:func:`decide` on each step against
+the last kept one) and written as ``ladder.json``; the report's table, figure and final
+configuration are read back from that file, and the compare notebook's own ladder cell is
+run on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff.campaign.ladder import LadderResult, LadderSpec, StepOutcome, decide
+from bakeoff.paths import shipped
+from bakeoff.report import ladder_report
+from bakeoff.report import tables as report
+from bakeoff.results.layout import LADDER_FILE
+from bakeoff.results.store import write_json
+from bakeoff.results.summary import Speculative, Stat
+from history_planted import campaign_folder, summary
+
+SPEC = LadderSpec.model_validate(
+    {"steps": [{"name": "x", "knobs": {"max_num_seqs": 2}}], "max_exact_drop": 0.05, "min_word_agreement": 0.5}
+)
+SAME = {f"q{k}": "the capital of Oria is Fibi" for k in range(10)}
+
+
+def _step(label: str, tok_s: float | None, exact: float, *, drifted: int = 0, kv: str = "f16") -> StepOutcome:
+    answers = {k: ("something else entirely said" if i < drifted else v) for i, (k, v) in enumerate(SAME.items())}
+    return StepOutcome(
+        label,
+        {"step": label},
+        ran=tok_s is not None,
+        output_tok_s=tok_s,
+        tpot_ms_p50=None if tok_s is None else 1000 / tok_s,
+        peak_rss_mib=None if tok_s is None else 40.0,
+        dtypes={"weights": "Q8_0 x15" if label != "bf16" else "BF16 x16", "kv_cache": kv},
+        exact=exact,
+        exact_by_group={"trained-phrasing": exact, "held-out-phrasing": exact / 2},
+        answers=answers if tok_s is not None else {},
+        why=f"why {label}",
+    )
+
+
+def _ladder(tmp_path: Path) -> Path:
+    """bf16 100 tok/s -> int8 kept (150) -> int4 rolled back (exact falls) -> kv8 kept (135) -> spec did not run."""
+    base = _step("bf16", 100.0, 0.60)
+    steps = []
+    kept = base
+    for outcome in (
+        _step("int8", 150.0, 0.60),
+        _step("int4", 210.0, 0.40, drifted=3),
+        _step("kv8", 135.0, 0.59, kv="q8_0"),
+        _step("spec", None, 0.0),
+    ):
+        decision = decide(SPEC, kept, outcome)
+        steps.append((outcome, decision))
+        kept = outcome if decision.kept else kept
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    write_json(folder / LADDER_FILE, LadderResult(base, steps, SPEC).to_json())
+    return folder
+
+
+def test_the_table_judges_each_step_against_the_last_kept_one(tmp_path: Path) -> None:
+    table = ladder_report.waterfall_table(_ladder(tmp_path)).set_index("step")
+    assert list(table.index) == ["bf16", "int8", "int4", "kv8", "spec"]
+    assert list(table["decision"]) == ["baseline", "kept", "rolled back", "kept", "rolled back"]
+    # kv8 follows a rollback: it is judged against int8, not int4 (the row above).
+    assert list(table["judged against"].iloc[1:]) == ["bf16", "int8", "int8", "kv8"]
+    assert table.loc["int4", "Δ tok/s %"] == pytest.approx(40.0)  # 210 against int8's 150
+    assert table.loc["kv8", "Δ tok/s %"] == pytest.approx(-10.0)
+    assert table.loc["int4", "Δ exact pts"] == pytest.approx(-20.0)
+    assert table.loc["int4", "word agreement %"] == pytest.approx(70.0)
+    assert table.loc["kv8", "exact held-out-phrasing %"] == pytest.approx(29.5)
+    assert table.loc["kv8", "KV cache"] == "q8_0" and table.loc["kv8", "peak RSS MiB"] == 40.0
+    assert "exact-answer rate fell 20.0%" in table.loc["int4", "verdict"]
+    assert "did not run" in table.loc["spec", "verdict"]
+    assert table.loc["kv8", "why tried"] == "why kv8"
+    assert ladder_report.waterfall_table(tmp_path).empty  # no ladder.json: nothing to show
+
+
+def test_the_final_configuration_and_its_rollback_chain(tmp_path: Path) -> None:
+    data = ladder_report.ladder_data(_ladder(tmp_path))
+    assert data is not None
+    text = ladder_report.final_markdown(data)
+    assert "`kv8`" in text and "+35% output tok/s against the baseline" in text
+    assert "`bf16` → `int8` → `kv8`" in text and "**Rolled back:** `int4`, `spec`" in text
+    assert "at most 5%" in ladder_report.bound_text(data) and "at least 50%" in ladder_report.bound_text(data)
+
+
+def test_the_waterfall_moves_the_level_only_on_kept_steps(tmp_path: Path) -> None:
+    fig = ladder_report.waterfall_figure(_ladder(tmp_path))
+    top, bottom = fig.axes
+    bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_y() + p.get_height(), p.get_hatch()) for p in top.patches]
+    # (position, from, to, hatch): the baseline from 0; int8 up from 100; int4 from int8's 150,
+    # hatched and not carried; kv8 down from 150; spec (did not run) draws no bar.
+    assert [(round(x), lo, hi, h) for x, lo, hi, h in bars] == [
+        (0, 0.0, 100.0, None),
+        (1, 100.0, 150.0, None),
+        (2, 150.0, 210.0, "//"),
+        (3, 150.0, 135.0, None),
+    ]
+    assert [round(p.get_height(), 1) for p in bottom.patches] == [60.0, 60.0, 40.0, 59.0, 0.0]
+    assert ladder_report.waterfall_figure(tmp_path) is None
+
+
+def test_the_compare_notebook_shows_the_ladder(tmp_path: Path) -> None:
+    """The notebook's own ladder cell, run on the folder with display() recorded."""
+    cells = json.loads((shipped("notebooks") / "compare.ipynb").read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if "ladder_report" in "".join(c["source"])]
+    shown: list[Any] = []
+    namespace = {"campaign": _ladder(tmp_path), "report": report, "display": shown.append, "Markdown": str}
+    exec(compile(source, "compare.ipynb", "exec"), namespace)
+    assert shown[0].startswith("## Optimization ladder")
+    assert any(hasattr(s, "savefig") for s in shown)  # the waterfall figure
+    table = next(s for s in shown if hasattr(s, "to_html")).data
+    assert list(table["step"]) == ["bf16", "int8", "int4", "kv8", "spec"]
+    assert "Rollback chain" in shown[-1]
+    shown.clear()
+    exec(compile(source, "compare.ipynb", "exec"), {**namespace, "campaign": tmp_path})
+    assert shown == []  # a campaign without a ladder shows no section
+
+
+def test_speculative_runs_show_itl_per_chunk_beside_per_token(tmp_path: Path) -> None:
+    """A draft accepting 3 of 4 tokens: chunks of up to four tokens, 20 ms apart, 5 ms a token."""
+    spec = summary(5.0, 200.0)
+    spec.speculative = Speculative(
+        draft_tokens=400.0, accepted_tokens=300.0, drafts=100.0, acceptance_rate=0.75, accepted_per_step=3.0
+    )
+    spec.latency.itl_ms = Stat(n=200, mean=20.0, p50=20.0, p90=22.0, p99=30.0)
+    spec.latency.itl_per_token_ms = Stat(n=200, mean=5.0, p50=5.0, p90=6.0, p99=9.0)
+    coalesced = summary(5.0, 200.0)
+    coalesced.speculative = Speculative(draft_tokens=0.0, accepted_tokens=0.0)
+    coalesced.latency.itl_per_token_ms = Stat(unsupported="chunks coalesced")
+    folder = campaign_folder(tmp_path / "c", {"draft": [spec], "ngram": [coalesced], "plain": [summary(8.0, 120.0)]})
+    table = report.speculative_table(folder).set_index("server")
+    assert sorted(table.index) == ["draft", "ngram"]  # the run without speculation has no row
+    assert table.loc["draft", "draft acceptance %"] == 75.0 and table.loc["draft", "accepted per step"] == 3.0
+    assert table.loc["draft", "ITL P50 ms (per chunk)"] == 20.0 and table.loc["draft", "ITL/token P50 ms"] == 5.0
+    assert table.loc["ngram", "ITL/token P50 ms"] == "unsupported"
+    assert report.speculative_table(_ladder(tmp_path)).empty
