@@ -32,7 +32,7 @@ from bakeoff.results.layout import (
 )
 from bakeoff.results.metric_table import highest_supported, shown
 from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
-from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary
+from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary, Stat, StatName
 from bakeoff.serving.backends import load_backend
 
 # From the metric table, like the headline columns: a metric is added there, once.
