@@ -107,11 +107,11 @@ def _model_source(spec: CampaignSpec, model_path: Path | None) -> ModelSource:
 
 
 def gpu_host_steps(
-    spec: CampaignSpec, campaign_file: Path, out_dir: Path, command: str = "campaign run"
+    spec: CampaignSpec, campaign_file: Path, out_dir: Path, bakeoff_command: str = "campaign run"
 ) -> GpuHostSteps:
     """The steps that run ``spec`` (the original, not the rehearsal's copy) on a GPU host.
 
-    ``command``: the bakeoff command the rehearsal stood in for (``campaign run``, ``tune``).
+    ``bakeoff_command``: the command the rehearsal stood in for (``campaign run``, ``tune``).
     """
     servers = [(s, load_backend(s.backend)) for s in spec.servers if not s.url]
     containers = [(s, b) for s, b in servers if b.container is not None]
@@ -186,6 +186,6 @@ def gpu_host_steps(
         if image != backend.container.image:
             command = command.replace(backend.container.image, image)
         by_hand.commands += [f"# {server.label}", command]
-    what = "Tune the campaign" if command == "tune" else "Run the campaign"
-    run = Step(what, commands=[f"bakeoff {command} {file}"])
+    what = "Tune the campaign" if bakeoff_command == "tune" else "Run the campaign"
+    run = Step(what, commands=[f"bakeoff {bakeoff_command} {file}"])
     return GpuHostSteps([env, preflight, pull, by_hand, run])
