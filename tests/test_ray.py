@@ -6,6 +6,7 @@ whose servers are the reference server as a process backend, as the resume tests
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -16,16 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import optuna
 import psutil
 import pytest
 import ray
 
+import test_tune as planted
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign import execute as campaign
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cli.main import main
 from bakeoff.cluster.ray_runner import RETRY_REASON, TRIES, cell_options, check_ray_fields, run_cells_on_ray
 from bakeoff.cluster.ray_store import ResultStore
+from bakeoff.cluster.ray_tune import tune_campaign_ray
 from bakeoff.report import cluster as report_cluster
 from bakeoff.report import tables as report
 from bakeoff.results.store import read_json, read_summary, write_json
@@ -249,3 +253,33 @@ def test_a_misspelt_ray_policy_key_is_named_with_the_valid_ones(tmp_path: Path, 
     path.write_text(campaign_yaml(tiny_model, 4, "ray: {max_retrys: 2}\n"))
     with pytest.raises(SpecError, match=r"ray\.max_retrys: unknown key.*max_retries, retry_exceptions, cpus_per_cell"):
         load_campaign(path)
+
+
+def test_a_tune_on_ray_measures_every_cell_as_a_task_and_keeps_its_study_in_the_folder(
+    cluster: Path, tiny_model: Path
+) -> None:
+    root = cluster / "tune"
+    root.mkdir()
+    canned = root / "canned.json"
+    canned.write_text(json.dumps({q["prompt"]: q["answer"] for q in planted.QUALITY}))
+    (cluster / "backends" / "refplant.yaml").write_text(planted.backend_yaml(canned))  # where the workers look
+    (root / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in planted.QUALITY))
+    path = root / "c.yaml"
+    budget = {"trials": 2, "finalists": 1, "repeats": 2, "prune": False, "seed": 2}
+    path.write_text(planted.campaign_yaml(tiny_model, root / "q.jsonl", budget))
+    out = root / "out"
+    tune_campaign_ray(path, out)
+    assert ray.is_initialized()  # the cluster it joined is left running
+    # Every cell (the untuned start, each trial, the repeats) ran as a task on the cluster's node.
+    node = ray.get_runtime_context().get_node_id()
+    cells = sorted((out / "cells").glob("*/cell.json"))
+    assert len(cells) >= 1 + 2  # two trials may propose the same knobs: one cell
+    for info in map(read_json, cells):
+        assert info["status"] == "ok" and info["ray"]["node"]["node_id"] == node and info["ray"]["retried"] == 0
+    # The study is the driver's, in the tune's folder; the result and the report as a local tune writes them.
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / "study.journal")))
+    study = optuna.load_study(study_name="ref", storage=storage)
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE] * 2
+    (group,) = read_json(out / "tune.json")["groups"]
+    assert len(group["untuned"]["values"]) == 2 and len(group["trials"]) == 2
+    assert (out / "tune.md").is_file() and (out / "best" / "ref.yaml").is_file()

@@ -11,6 +11,7 @@ The figures are never compared with millisecond expectations, only with each oth
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,14 @@ from bakeoff.campaign import tune as tuning
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import STUDY_FILE, resolve_groups, tune_campaign
 from bakeoff.errors import SpecError
-from bakeoff.results.store import read_json
+from bakeoff.report.tune_report import NOT_JUDGED
+from bakeoff.results.layout import REHEARSAL_BANNER, REHEARSAL_TAG
+from bakeoff.results.store import read_json, read_summary
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.knobs import broken_constraints
 from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 
+REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = 4
 QUALITY = [
     {"id": "capital", "kind": "exact", "prompt": "Capital of France?", "answer": "Paris is it", "max_tokens": 8},
@@ -124,6 +128,17 @@ def test_the_tuner_finds_the_planted_optimum_and_rejects_the_broken_region(plant
     # The report, the trial table, the plots and a re-runnable campaign of the pick.
     text = report.read_text()
     assert "Rejected by the quality gate" in text and "tuned vs tuned" in text and "as given" in text
+    # The untuned start heads the trial table, with the knobs it ran and its own figure (the pick beat it).
+    start = group["untuned_trial"]
+    assert (
+        start["state"] == "untuned"
+        and start["knobs"]["max_num_seqs"] == 1
+        and start["knobs"]["quantization"] == ("none (default)")
+    )
+    assert 0 < start["figures"]["figure"] < chosen["mean"]
+    assert "| untuned | 1 | 4 | none (default) |" in text
+    rows = (planted / "out" / "trials.csv").read_text().splitlines()
+    assert rows[1].startswith("ref,untuned,ref,untuned,") and len(rows) == 1 + 1 + len(trials)
     for name in ("trials.csv", "trace.png", "pareto.png"):
         assert (planted / "out" / name).stat().st_size > 0
     best = load_campaign(planted / "out" / "best" / "ref.yaml")
@@ -229,3 +244,42 @@ def test_a_trial_the_campaign_cannot_run_is_refused_before_it_is_written(planted
     with pytest.raises(SpecError, match="max_num_seqs"):
         _add_server(out, bad)
     assert (out / "campaign.yaml").read_text() == before
+
+
+def test_a_rehearsed_gpu_tune_runs_end_to_end_tagged_and_claims_nothing(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The shipped GPU campaign, two of its frameworks at concurrency 1: the rehearsal's own scaling does the rest.
+    raw = yaml.safe_load((REPO / "campaigns" / "gpu-7b-three-frameworks.yaml").read_text())
+    raw["servers"] = raw["servers"][:2]
+    raw["tune"].update(load=1, trials=1, prune=False)
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    report = tune_campaign(path, out_dir=out, rehearse=True)
+    result = read_json(out / "tune.json")
+    assert result["rehearsal"]["source_campaign"] == str(path) and "bakeoff tune" in result["rehearsal"]["gpu_host"]
+    assert read_json(out / "rehearsal.json")["command"] == "tune"
+    # Every measurement came from a stand-in and says so; the budget was the rehearsal's (2 repeats).
+    summaries = [read_summary(p) for p in (out / "cells").glob("*/runs/*/summary.json")]
+    assert len(summaries) == 2 * (1 + 1 + 2) and all(s.rehearsal for s in summaries)  # start, trial, repeats
+    assert [g["group"] for g in result["groups"]] == ["vllm", "sglang"]
+    assert all(len(g["chosen"]["values"]) == 2 and len(g["trials"]) == 1 for g in result["groups"])
+    # Every line of progress and every section is tagged; no verdict or pick is presented as a finding.
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("tune ", REHEARSAL_TAG))]
+    assert lines and all(line.startswith(REHEARSAL_TAG) for line in lines)
+    text = report.read_text()
+    assert text.startswith(f"# {REHEARSAL_TAG} Tune") and REHEARSAL_BANNER in text
+    assert all(h.startswith(f"## {REHEARSAL_TAG}") for h in text.splitlines() if h.startswith("## "))
+    assert re.search(rf"- tuned vs tuned \((vllm, sglang|sglang, vllm)\): {re.escape(NOT_JUDGED)}", text)
+    assert text.count(NOT_JUDGED) >= 4  # both verdicts and both picks
+    for claim in ("beats", "loses to", "matches", "is not told from", "**Pick"):
+        assert claim not in text
+    # ... yet the trial table (untuned start first), the plots and the winners' YAMLs are there.
+    assert text.count("| untuned: the untuned start (repeat 1) |") == 2  # a trial-table row per group
+    assert (out / "pareto.png").stat().st_size > 0 and (out / "trials.csv").is_file()
+    best = out / "best" / "vllm.yaml"
+    assert best.read_text().startswith(f"# {REHEARSAL_TAG}")
+    assert load_campaign(best).servers[0].knobs == result["groups"][0]["chosen"]["knobs"]
+    written = yaml.safe_load(best.read_text())  # for the GPU host: the original model and workloads
+    assert written["model"]["path"] == "/models/llama-7b" and written["workloads"][0]["levels"] == [1, 8, 32, 128]

@@ -106,8 +106,13 @@ def _model_source(spec: CampaignSpec, model_path: Path | None) -> ModelSource:
     return ModelSource(hf_id=None, local_dir=model.path or models_dir() / str(model.preset))
 
 
-def gpu_host_steps(spec: CampaignSpec, campaign_file: Path, out_dir: Path) -> GpuHostSteps:
-    """The steps that run ``spec`` (the original, not the rehearsal's copy) on a GPU host."""
+def gpu_host_steps(
+    spec: CampaignSpec, campaign_file: Path, out_dir: Path, bakeoff_command: str = "campaign run"
+) -> GpuHostSteps:
+    """The steps that run ``spec`` (the original, not the rehearsal's copy) on a GPU host.
+
+    ``bakeoff_command``: the command the rehearsal stood in for (``campaign run``, ``tune``).
+    """
     servers = [(s, load_backend(s.backend)) for s in spec.servers if not s.url]
     containers = [(s, b) for s, b in servers if b.container is not None]
     env = Step("Set the environment each server needs")
@@ -181,5 +186,6 @@ def gpu_host_steps(spec: CampaignSpec, campaign_file: Path, out_dir: Path) -> Gp
         if image != backend.container.image:
             command = command.replace(backend.container.image, image)
         by_hand.commands += [f"# {server.label}", command]
-    run = Step("Run the campaign", commands=[f"bakeoff campaign run {file}"])
+    what = "Tune the campaign" if bakeoff_command == "tune" else "Run the campaign"
+    run = Step(what, commands=[f"bakeoff {bakeoff_command} {file}"])
     return GpuHostSteps([env, preflight, pull, by_hand, run])

@@ -5,8 +5,8 @@ request plans, launch rendering, health probes, metric scrapes, cache resets, no
 report) and replaces only each GPU framework's container with the reference server in that
 framework's wire profile (:mod:`bakeoff.serving.launchers`). To keep it quick, the campaign is
 scaled down (:meth:`for_rehearsal` of each workload kind: a few requests per level, short
-outputs) and planned with the generated ``tiny`` model's tokenizer, since the GPU checkpoint
-is not on this machine.
+outputs; of a ``tune:`` section: two trials, one finalist) and planned with the generated
+``tiny`` model's tokenizer, since the GPU checkpoint is not on this machine.
 
 A rehearsal's campaign folder holds :data:`MARKER`; every run summary it produces carries
 ``"rehearsal": true`` and the report says REHEARSAL on every section, so its figures can
@@ -34,19 +34,24 @@ def rehearsal_spec(spec: CampaignSpec) -> CampaignSpec:
     model = ModelRef.model_validate({**fields, "preset": REHEARSAL_PRESET})
     workloads = [wl.for_rehearsal() for wl in spec.workloads]
     # One repeat: a rehearsal proves the path, it has no noise worth an interval.
-    return spec.model_copy(
-        update={"model": model, "workloads": workloads, "measure_warm_restart": True, "repeats": 1, "max_repeats": None}
-    )
+    update = {"model": model, "workloads": workloads, "measure_warm_restart": True, "repeats": 1, "max_repeats": None}
+    if spec.tune is not None:  # bakeoff tune --rehearse: a budget that runs each step of the tune once
+        update["tune"] = spec.tune.for_rehearsal()
+    return spec.model_copy(update=update)
 
 
-def write_marker(out_dir: Path, source: Path, spec: CampaignSpec) -> None:
-    """The marker that makes a folder a rehearsal, with the steps that run ``spec`` for real on a GPU host."""
-    steps = gpu_host_steps(spec, source, out_dir)
+def write_marker(out_dir: Path, source: Path, spec: CampaignSpec, command: str = "campaign run") -> None:
+    """The marker that makes a folder a rehearsal, with the steps that run ``spec`` for real on a GPU host.
+
+    ``command``: what the rehearsal stood in for (``campaign run``; ``tune`` for ``bakeoff tune --rehearse``).
+    """
+    steps = gpu_host_steps(spec, source, out_dir, command)
     write_json(
         out_dir / REHEARSAL_MARKER,
         {
             "rehearsal": True,
             "source_campaign": str(source),
+            "command": command,
             "original_model": spec.model.model_dump(mode="json", exclude_none=True),
             "note": "reference-server stand-ins for GPU containers; no figure here is a measurement",
             "gpu_host": {"text": steps.text(REHEARSAL_TAG), "markdown": steps.markdown()},

@@ -34,6 +34,13 @@ finalist only where it *wins* against the untuned start by the comparison test
 (:mod:`bakeoff.analysis.tune_compare`), and the picks of the groups are compared with the same
 test, beside the comparison of the untuned starts. The report is
 :mod:`bakeoff.report.tune_report`.
+
+``rehearse``: a GPU campaign's tune run end to end on the reference-server stand-ins of a
+rehearsal (:mod:`bakeoff.campaign.rehearsal`): the campaign scaled down, the folder marked, every
+line and the report tagged, and no verdict or pick presented as a finding. ``runner``: how one
+cell is measured, :func:`bakeoff.campaign.execute.run_cell` here by default;
+:mod:`bakeoff.cluster.ray_tune` passes one that runs it as a Ray task (the study stays here, on
+the driver, asking and telling).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -61,8 +68,9 @@ from pydantic import ValidationError
 from bakeoff.analysis.tune_compare import Comparison, compare
 from bakeoff.analysis.verdict import meets
 from bakeoff.campaign import quality, resume
-from bakeoff.campaign.cells import expand, prepare
+from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.execute import cell_fingerprint, run_cell
+from bakeoff.campaign.rehearsal import gpu_host_text, rehearsal_spec, write_marker
 from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.campaign.tune_spec import TuneSpec
@@ -71,7 +79,7 @@ from bakeoff.measure.slo import Slo, resolve_slo
 from bakeoff.models.model_source import resolve_model
 from bakeoff.paths import reports_dir
 from bakeoff.report import tune_report
-from bakeoff.results.layout import CAMPAIGN_COPY, QUALITY_FILE, cell_folder_name
+from bakeoff.results.layout import CAMPAIGN_COPY, QUALITY_FILE, REHEARSAL_TAG, cell_folder_name, is_rehearsal
 from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.store import SUMMARY, atomic_write_bytes, read_summary, write_json
 from bakeoff.results.summary import RunSummary
@@ -90,6 +98,14 @@ RESULT_FILE = "tune.json"
 SOURCE_FILE = "tune-source.yaml"  # the tune's own campaign as first written (the untuned servers)
 PRUNE_PERCENTILE = 25.0  # "clearly bad": a probe in the worst quarter of the probes so far
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tune prints its own line per trial
+
+# Measures one cell of the tune folder: (folder, cell, run the quality set?).
+CellRunner = Callable[[Path, Cell, bool], object]
+
+
+def run_here(out: Path, cell: Cell, check_quality: bool) -> object:
+    """The default runner: the cell measured in this process."""
+    return run_cell(out, cell.server.label, cell.workload.label, cell.repeat, check_quality=check_quality)
 
 
 @dataclass
@@ -116,6 +132,12 @@ class Target:
     load: float
     slo: Slo
     loads: list[float] = field(default_factory=list)
+    runner: CellRunner = run_here
+    rehearse: bool = False
+
+    def say(self, line: str) -> None:
+        """A line of the tune's progress; a rehearsal's is tagged, never read as measured."""
+        print(f"{REHEARSAL_TAG} {line}" if self.rehearse else line, flush=True)
 
 
 def _distribution(rng: KnobRange, kind: str) -> BaseDistribution:
@@ -260,10 +282,18 @@ def _add_server(out: Path, server: dict[str, Any]) -> None:
     atomic_write_bytes(out / CAMPAIGN_COPY, yaml.safe_dump(raw, sort_keys=False).encode())
 
 
-def measure(out: Path, label: str, workload: str, repeat: int = 1, *, check_quality: bool = True) -> Path:
+def measure(
+    out: Path,
+    label: str,
+    workload: str,
+    repeat: int = 1,
+    *,
+    check_quality: bool = True,
+    runner: CellRunner = run_here,
+) -> Path:
     """One cell of the tune folder, unless a finished measurement of it is there already."""
     spec = load_campaign(out / CAMPAIGN_COPY)
-    cells = expand(spec, resolve_model(spec.model).local_dir)
+    cells = expand(spec, resolve_model(spec.model).local_dir, [label], rehearse=is_rehearsal(out))
     cell = next(c for c in cells if c.server.label == label and c.workload.label == workload and c.repeat == repeat)
     cell_dir = out / "cells" / cell.cell_id
     verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
@@ -272,7 +302,7 @@ def measure(out: Path, label: str, workload: str, repeat: int = 1, *, check_qual
     if verdict.state != "new":
         resume.archive_attempt(cell_dir, verdict.reason)
     cell_dir.mkdir(parents=True, exist_ok=True)
-    run_cell(out, label, workload, repeat, check_quality=check_quality)
+    runner(out, cell, check_quality)
     return cell_dir
 
 
@@ -379,10 +409,10 @@ def search(out: Path, group: Group, target: Target, study: optuna.Study, base_ce
     tune = target.spec
     requeued = _requeue_interrupted(study)
     if requeued:
-        print(f"tune {group.label}: {requeued} interrupted trial(s) measured again", flush=True)
+        target.say(f"tune {group.label}: {requeued} interrupted trial(s) measured again")
     while len(_counted(study)) < tune.trials:
         if tune.time_budget_s is not None and _spent_s(study) >= tune.time_budget_s:
-            print(f"tune {group.label}: time budget of {tune.time_budget_s:g} s spent", flush=True)
+            target.say(f"tune {group.label}: time budget of {tune.time_budget_s:g} s spent")
             break
         trial = study.ask(group.distributions())
         try:
@@ -413,7 +443,7 @@ def _run_trial(
         else:
             study.tell(trial, values if values is not None else worst)
         shown = {k: knobs[k] for k in group.knobs}
-        print(f"tune {group.label}: trial {trial.number} {shown}: {state} {note}".rstrip(), flush=True)
+        target.say(f"tune {group.label}: trial {trial.number} {shown}: {state} {note}".rstrip())
 
     broken = broken_constraints(group.space, group.backend, knobs)
     if broken:
@@ -424,12 +454,12 @@ def _run_trial(
         _add_server(out, server)
         gpus = _gpus(knobs, group.backend)
         if tune.prune and tune.objective != "pareto":
-            probe = figures(measure(out, label, target.probe, check_quality=False), target, gpus)
+            probe = figures(measure(out, label, target.probe, check_quality=False, runner=target.runner), target, gpus)
             trial.report(float(probe["figure"] or 0.0), 0)  # goodput at the load, whatever the objective
             if trial.should_prune():
                 finish("pruned", f"probe {probe['figure'] or 0:.3g} in the worst quarter", figures=probe)
                 return
-        cell_dir = measure(out, label, target.workload)
+        cell_dir = measure(out, label, target.workload, runner=target.runner)
     except (LaunchError, ServerDiedError, SpecError) as exc:
         finish("failed", str(exc).splitlines()[0][:300])
         return
@@ -485,7 +515,7 @@ def remeasure(out: Path, target: Target, candidates: list[Candidate], gpus: dict
     """Repeats 2.. of every candidate, round by round (repeat 1 is the trial itself)."""
     for repeat in range(2, target.spec.repeats + 1):
         for c in candidates:
-            measure(out, c.label, target.workload, repeat, check_quality=False)
+            measure(out, c.label, target.workload, repeat, check_quality=False, runner=target.runner)
     for c in candidates:
         repeats = range(1, target.spec.repeats + 1)
         cells = [out / "cells" / cell_folder_name(c.label, target.workload, r) for r in repeats]
@@ -554,13 +584,25 @@ def _tidy(out: Path, slo: Slo) -> Iterator[None]:
         _clear_leftovers(out, slo)
 
 
-def tune_campaign(path: Path, out_dir: Path | None = None, *, fresh: bool = False) -> Path:
-    """Tune every server group of the campaign at ``path``; return the report (``tune.md``)."""
-    spec = load_campaign(path)
+def tune_campaign(
+    path: Path,
+    out_dir: Path | None = None,
+    *,
+    fresh: bool = False,
+    rehearse: bool = False,
+    runner: CellRunner = run_here,
+) -> Path:
+    """Tune every server group of the campaign at ``path``; return the report (``tune.md``).
+
+    A rehearsal goes to ``reports/NAME-tune-rehearsal`` unless told otherwise, never beside a real tune.
+    """
+    original = load_campaign(path)
+    # A rehearsal tunes the scaled-down campaign on stand-ins; its picks are written for the original.
+    spec = rehearsal_spec(original) if rehearse else original
     tune = spec.tune or TuneSpec()
     wl, load = tune.target(spec.workloads)
     groups = resolve_groups(spec, tune)
-    out = (out_dir or reports_dir() / f"{spec.name}-tune").resolve()
+    out = (out_dir or reports_dir() / f"{spec.name}-tune{'-rehearsal' if rehearse else ''}").resolve()
     if fresh:
         resume.start_over(out)
         (out / STUDY_FILE).unlink(missing_ok=True)
@@ -568,24 +610,26 @@ def tune_campaign(path: Path, out_dir: Path | None = None, *, fresh: bool = Fals
     out.mkdir(parents=True, exist_ok=True)
     source = out / SOURCE_FILE
     atomic_write_bytes(source, yaml.safe_dump(_source_campaign(spec, full, probe, tune), sort_keys=False).encode())
-    if (out / CAMPAIGN_COPY).is_file():  # a resumed tune keeps the trial servers it already added
-        trials = [s for s in yaml.safe_load((out / CAMPAIGN_COPY).read_text())["servers"]]
-        prepare(source, out)
-        for server in trials:
-            _add_server(out, server)
-    else:
-        prepare(source, out)
+    trials = yaml.safe_load((out / CAMPAIGN_COPY).read_text())["servers"] if (out / CAMPAIGN_COPY).is_file() else []
+    # The source is already scaled down: prepared as written (a rehearsal's own scaling would set one
+    # repeat), then marked, so every cell starts the stand-ins and every summary says rehearsal.
+    prepare(source, out)
+    if rehearse:
+        write_marker(out, path, original, command="tune")
+    for server in trials:  # a resumed tune keeps the trial servers it already added
+        _add_server(out, server)
     slo = resolve_slo(spec.slo)
-    target = Target(tune, full.label, probe.label, load, slo)
+    target = Target(tune, full.label, probe.label, load, slo, runner=runner, rehearse=rehearse)
     storage = JournalStorage(JournalFileBackend(str(out / STUDY_FILE)))
     picks: list[Pick] = []
     studies: dict[str, optuna.Study] = {}
+    base_cells: dict[str, Path] = {}
     started = time.monotonic()
     with _tidy(out, slo):
         try:
             for i, group in enumerate(groups):
-                print(f"tune {group.label}: untuned start {dict(group.server.knobs)}", flush=True)
-                base_cell = measure(out, group.label, full.label)
+                target.say(f"tune {group.label}: untuned start {dict(group.server.knobs)}")
+                base_cells[group.label] = base_cell = measure(out, group.label, full.label, runner=runner)
                 studies[group.label] = study = _study(storage, group, tune, i)
                 search(out, group, target, study, base_cell)
             for group in groups:
@@ -596,9 +640,15 @@ def tune_campaign(path: Path, out_dir: Path | None = None, *, fresh: bool = Fals
                 file=sys.stderr,
             )
             raise
-    result = _result(spec, tune, target, groups, studies, picks, time.monotonic() - started)
+    untuned = {}
+    for g in groups:
+        found = figures(base_cells[g.label], target, _gpus(dict(g.server.knobs), g.backend))
+        untuned[g.label] = _untuned_row(g, found, target)
+    result = _result(spec, tune, target, groups, studies, picks, untuned, time.monotonic() - started)
+    if rehearse:
+        result["rehearsal"] = {"source_campaign": str(path), "gpu_host": gpu_host_text(out)}
     write_json(out / RESULT_FILE, result)
-    _write_best(spec, picks, out)
+    _write_best(original, picks, out, rehearse=rehearse)
     return tune_report.write(out, result)
 
 
@@ -609,9 +659,28 @@ def _finish_group(out: Path, group: Group, target: Target, study: optuna.Study) 
         Candidate(str(t.user_attrs["label"]), dict(t.user_attrs["knobs"]), t.number) for t in finalists(study, tune)
     ]
     gpus = {c.label: _gpus(c.knobs, group.backend) for c in [untuned, *found]}
-    print(f"tune {group.label}: re-measuring {len(found)} finalist(s) and the untuned start", flush=True)
+    target.say(f"tune {group.label}: re-measuring {len(found)} finalist(s) and the untuned start")
     remeasure(out, target, [untuned, *found], gpus)
     return pick(group.label, untuned, found, tune)
+
+
+def _untuned_row(group: Group, found: dict[str, Any], target: Target) -> dict[str, Any]:
+    """The untuned start as a row of the trial table: the searched knobs as it ran them (defaults named)."""
+    knobs: dict[str, Any] = {}
+    for name in group.knobs:
+        set_here, default = group.server.knobs.get(name), group.backend.knobs[name].default
+        knobs[name] = set_here if set_here is not None else ("default" if default is None else f"{default} (default)")
+    return {
+        "number": None,
+        "label": group.label,
+        "knobs": knobs,
+        "state": "untuned",
+        "values": objective(found, target),
+        "figures": found,
+        "quality": "the reference",
+        "note": "the untuned start (repeat 1)",
+        "seconds": None,
+    }
 
 
 def _trial_rows(group: Group, study: optuna.Study) -> list[dict[str, Any]]:
@@ -652,6 +721,7 @@ def _result(
     groups: list[Group],
     studies: dict[str, optuna.Study],
     picks: list[Pick],
+    untuned: dict[str, dict[str, Any]],
     seconds: float,
 ) -> dict[str, Any]:
     by_group = {p.group: p for p in picks}
@@ -678,6 +748,7 @@ def _result(
                 "searched": g.knobs,
                 "space": {k: g.space.knobs[k].model_dump(exclude_none=True) for k in g.knobs},
                 "spent_s": round(_spent_s(studies[g.label]), 1),
+                "untuned_trial": untuned[g.label],
                 "trials": _trial_rows(g, studies[g.label]),
                 "untuned": _candidate_json(by_group[g.label].untuned),
                 "finalists": [_candidate_json(c) for c in by_group[g.label].finalists],
@@ -689,14 +760,23 @@ def _result(
         ],
         "tuned": cross_verdict(picks, tuned=True, min_effect=tune.min_effect),
         "as_given": cross_verdict(picks, tuned=False, min_effect=tune.min_effect),
+        "rehearsal": None,
     }
 
 
-def _write_best(spec: CampaignSpec, picks: list[Pick], out: Path) -> None:
+def _write_best(spec: CampaignSpec, picks: list[Pick], out: Path, *, rehearse: bool = False) -> None:
     """Each group's pick as a campaign YAML (the campaign with that server's knobs), and all picks in one.
 
-    Written from the validated campaign, model paths absolute, so the files run from anywhere.
+    Written from the validated campaign, model paths absolute, so the files run from anywhere. A
+    rehearsal writes them for the original campaign (its GPU model, its workloads), headed as
+    picked from stand-ins: they prove the path, they are no tuned configuration.
     """
+    warning = (
+        f"# {REHEARSAL_TAG} picked from reference-server stand-ins' figures: this file proves the path; "
+        "it is not a tuned configuration\n"
+        if rehearse
+        else ""
+    )
     raw = spec.model_dump(mode="json", exclude_none=True)
     raw.pop("tune", None)
     servers = {s["label"]: s for s in raw["servers"]}
@@ -707,8 +787,8 @@ def _write_best(spec: CampaignSpec, picks: list[Pick], out: Path) -> None:
         entry = {**servers[p.group], "label": f"{p.group}-tuned", "knobs": p.chosen.knobs}
         tuned.append(entry)
         one = {**raw, "name": f"{spec.name}-{p.group}-tuned", "servers": [entry]}
-        text = f"# {p.group}'s pick from bakeoff tune ({out}); run it with bakeoff campaign run\n"
+        text = f"{warning}# {p.group}'s pick from bakeoff tune ({out}); run it with bakeoff campaign run\n"
         (best / f"{p.group}.yaml").write_text(text + yaml.safe_dump(one, sort_keys=False))
     both = {**raw, "name": f"{spec.name}-tuned", "servers": tuned}
-    text = f"# every group's pick from bakeoff tune ({out}), side by side\n"
+    text = f"{warning}# every group's pick from bakeoff tune ({out}), side by side\n"
     (best / "tuned.yaml").write_text(text + yaml.safe_dump(both, sort_keys=False))

@@ -75,6 +75,16 @@ class TuneSpec(Strict):
     quality: QualityGate = Field(default_factory=QualityGate)
     seed: int = Field(default=0, description="the sampler's seed: the same campaign proposes the same trials")
 
+    def for_rehearsal(self) -> TuneSpec:
+        """The budget scaled down for a rehearsal: every step of the path once, no search worth the name.
+
+        Two trials (the probe and the pruner's path included), one finalist and two repeats: the
+        fewest that still run the re-measuring, the pick and both comparisons.
+        """
+        return self.model_copy(
+            update={"trials": min(self.trials, 2), "time_budget_s": None, "finalists": 1, "repeats": 2}
+        )
+
     def target(self, workloads: list[Workload]) -> tuple[Workload, float]:
         """The workload tuned on and its load; ValueError naming the field when they do not fit."""
         names = [w.label for w in workloads]

@@ -1,12 +1,18 @@
 """``bakeoff tune CAMPAIGN``: search each server group's knobs under the SLO, then compare the picks.
 
-The work is :mod:`bakeoff.campaign.tune`; this module is its command line.
+The work is :mod:`bakeoff.campaign.tune` (here) and :mod:`bakeoff.cluster.ray_tune` (``--ray``);
+this module is its command line.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from bakeoff.campaign.rehearsal import gpu_host_text
+from bakeoff.campaign.tune import tune_campaign
+from bakeoff.cluster.ray_tune import tune_campaign_ray
+from bakeoff.paths import campaign_file
 
 
 def add_tune_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -17,13 +23,32 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     tune.add_argument("file", type=Path, help="a campaign YAML file (its tune: section), or a shipped campaign name")
     tune.add_argument("--out", type=Path, help="default: reports/CAMPAIGN-tune")
     tune.add_argument("--fresh", action="store_true", help="forget an earlier tune in that folder and start over")
+    tune.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="tune a GPU campaign on the reference-server stand-ins of a rehearsal, scaled down "
+        "(default out: reports/CAMPAIGN-tune-rehearsal); proves the path, measures and judges nothing",
+    )
+    tune.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run every trial's cells as Ray tasks (at ADDRESS, else RAY_ADDRESS, else a local Ray); the study "
+        "stays here; the --out folder must be one every node sees (needs bakeoff[ray])",
+    )
     tune.set_defaults(handler=cmd_tune)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from bakeoff.campaign.tune import tune_campaign
-    from bakeoff.paths import campaign_file
-
-    report = tune_campaign(campaign_file(args.file), out_dir=args.out, fresh=args.fresh)
-    print(f"report: {report}")
+    path = campaign_file(args.file)
+    if args.ray is not None:
+        report = tune_campaign_ray(path, args.out, address=args.ray or None, fresh=args.fresh, rehearse=args.rehearse)
+    else:
+        report = tune_campaign(path, out_dir=args.out, fresh=args.fresh, rehearse=args.rehearse)
+    note = " (REHEARSAL: reference-server stand-ins; no figure or verdict in it is a measurement)"
+    print(f"report: {report}{note if args.rehearse else ''}")
+    steps = gpu_host_text(report.parent) if args.rehearse else None
+    if steps:
+        print(steps)
     return 0

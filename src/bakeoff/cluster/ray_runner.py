@@ -113,6 +113,7 @@ class CellJob:
     server_label: str
     workload: str
     repeat: int = 1
+    check_quality: bool = True  # false: the campaign's quality set is left out (a tune's probes and repeats)
 
 
 def node_facts() -> dict[str, Any]:
@@ -182,7 +183,7 @@ def run_cell_task(job: CellJob) -> dict[str, Any]:
         store.push_file(cell_dir / TRIES, f"cells/{job.cell_id}/{TRIES}")  # a lost node must not lose the log
         outcome = "ok"
         try:
-            run_cell(campaign_dir, job.server_label, job.workload, job.repeat)
+            run_cell(campaign_dir, job.server_label, job.workload, job.repeat, check_quality=job.check_quality)
         except BaseException as exc:
             outcome = type(exc).__name__
             raise
@@ -209,7 +210,12 @@ def stamp_cell(cell_dir: Path, node: dict[str, Any], tries: list[dict[str, Any]]
         write_json(info_path, {**read_json(info_path), "ray": {"node": node, "tries": tries, "retried": retried}})
 
 
-def _connect(ray: ModuleType, address: str | None, env: dict[str, str]) -> bool:
+def passed_env() -> dict[str, str]:
+    """The settings every task gets (see ``_PASSED_ENV``), as this driver has them."""
+    return {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+
+
+def connect(ray: ModuleType, address: str | None, env: dict[str, str]) -> bool:
     """Join the cluster at ``address`` (or RAY_ADDRESS, or a new local one); True if this call started Ray."""
     if ray.is_initialized():
         return False
@@ -263,8 +269,7 @@ def run_cells_on_ray(
         results.push_file(out / REHEARSAL_MARKER, REHEARSAL_MARKER)
     results.push(out / "plans", "plans")
     salvage_runs(out / "cells")
-    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
-    started = _connect(ray, address, env)
+    started = connect(ray, address, passed_env())
     task = ray.remote(run_cell_task)
     pending: dict[Any, Cell] = {}
     failures: list[str] = []

@@ -9,7 +9,12 @@ Written from the tune's result (``tune.json``, :mod:`bakeoff.campaign.tune`) int
 - ``trials.csv``: the trial table for a spreadsheet;
 - ``trace.png``: each group's objective per trial and its running best;
 - ``pareto.png``: every trial's output tok/s per GPU against tok/s per user, one colour per
-  group, rejected trials crossed out, picks ringed.
+  group, rejected trials crossed out, picks ringed, each group's untuned start a star.
+
+The untuned start is the first row of each group's trial table (and of ``trials.csv``). A
+rehearsal's report (``bakeoff tune --rehearse``) says REHEARSAL at its head, on every section
+and on both plots, and renders its verdicts and picks as what ran, never as a finding: the
+figures are reference-server stand-ins'.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import numpy as np
 
 from bakeoff.analysis.tune_compare import interval
 from bakeoff.report.plots import server_palette
+from bakeoff.results.layout import REHEARSAL_BANNER, REHEARSAL_TAG
 
 REPORT_FILE = "tune.md"
+NOT_JUDGED = "not judged: a rehearsal's figures are reference-server stand-ins', not the frameworks'"
 
 
 def _interval(values: list[float]) -> str:
@@ -46,6 +53,9 @@ def _verdict_lines(result: dict[str, Any], key: str, what: str) -> list[str]:
         return [f"- {what}: nothing to compare"]
     if not found["against"]:
         return [f"- {what}: {found['best']} (the only group)"]
+    if result.get("rehearsal"):  # the test ran on stand-ins; its outcome is no claim about anyone
+        groups = ", ".join([found["best"], *(o["group"] for o in found["against"])])
+        return [f"- {what} ({groups}): {NOT_JUDGED}"]
     lines = []
     for other in found["against"]:
         change = f"{other['change']:+.1%}" if other["change"] is not None else "?"
@@ -54,13 +64,42 @@ def _verdict_lines(result: dict[str, Any], key: str, what: str) -> list[str]:
     return lines
 
 
+def _trial_row(t: dict[str, Any], searched: list[str]) -> str:
+    f = t["figures"]
+    value = f.get("figure")
+    cells = [str(t["knobs"].get(k)) for k in searched]
+    slo = {True: "yes", False: "no"}.get(f.get("slo_met"), "-")
+    shown = f"{value:,.3g}" if isinstance(value, int | float) else "-"
+    shown += " (probe)" if t["state"] == "pruned" else " (n=1)"
+    number = "untuned" if t["number"] is None else str(t["number"])
+    seconds = "-" if t["seconds"] is None else f"{t['seconds']:,.0f}"
+    return (
+        f"| {number} | " + " | ".join(cells) + f" | {shown} | {slo} | {t['quality']} | {seconds} | "
+        f"{t['state']}: {t['note']} |"
+    )
+
+
+def _pick_line(g: dict[str, Any], rehearsal: bool) -> str:
+    chosen, vs = g["chosen"], g["vs_untuned"]
+    if rehearsal:
+        which = "the untuned start" if chosen["trial"] is None else f"trial {chosen['trial']}"
+        return f"Pick on stand-ins' figures: {which} ({_knobs(chosen['knobs'])}); {NOT_JUDGED}."
+    if chosen["trial"] is None:
+        why = f" ({vs['text']})" if vs else ""
+        return f"**Pick: the untuned start** — no finalist won against it{why}."
+    return f"**Pick: trial {chosen['trial']}** ({_knobs(chosen['knobs'])}): {vs['text'] if vs else ''}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     b = result["budget"]
     time_budget = f", at most {b['time_budget_s']:g} s" if b["time_budget_s"] else ""
     figure = result["figure"].replace("_", " ")
-    lines = [
-        f"# Tune of {result['campaign']}",
-        "",
+    rehearsal = result.get("rehearsal")
+    tag = f"{REHEARSAL_TAG} " if rehearsal else ""
+    lines = [f"# {tag}Tune of {result['campaign']}", ""]
+    if rehearsal:
+        lines += [f"> {REHEARSAL_BANNER}", ">", f"> Campaign: `{rehearsal['source_campaign']}` (scaled down).", ""]
+    lines += [
         f"Objective: **{result['objective']}** on workload {result['workload']} at load {result['load']:g}; "
         f"figure compared: {figure}; SLO {result['slo'] or 'none'}.",
         f"Budget per group (the same for every group): {b['trials']} trials{time_budget}; "
@@ -68,26 +107,21 @@ def markdown(result: dict[str, Any]) -> str:
         f"the untuned start re-measured {b['repeats']} times. A difference counts when the test says win/loss "
         f"and it is at least {result['min_effect']:.0%}. Took {result['seconds']:,.0f} s.",
         "",
-        "## Verdicts",
+        f"## {tag}Verdicts",
         "",
         *_verdict_lines(result, "tuned", "tuned vs tuned"),
         *_verdict_lines(result, "as_given", "as given"),
     ]
     for g in result["groups"]:
-        chosen, untuned = g["chosen"], g["untuned"]
-        lines += ["", f"## {g['group']} ({g['backend']})", ""]
+        untuned = g["untuned"]
+        lines += ["", f"## {tag}{g['group']} ({g['backend']})", ""]
         lines.append(f"Searched (cost order): {', '.join(g['searched'])}; {g['spent_s']:,.0f} s of trials.")
-        vs = g["vs_untuned"]
-        if chosen["trial"] is None:
-            why = f" ({vs['text']})" if vs else ""
-            lines.append(f"**Pick: the untuned start** — no finalist won against it{why}.")
-        else:
-            lines.append(f"**Pick: trial {chosen['trial']}** ({_knobs(chosen['knobs'])}): {vs['text'] if vs else ''}")
+        lines.append(_pick_line(g, bool(rehearsal)))
         lines += ["", "| configuration | knobs | figure over repeats |", "|---|---|---|"]
         lines.append(f"| untuned | {_knobs(untuned['knobs'])} | {_interval(untuned['values'])} |")
         for c in g["finalists"]:
             lines.append(f"| trial {c['trial']} | {_knobs(c['knobs'])} | {_interval(c['values'])} |")
-        if g["vs_runner_up"]:
+        if g["vs_runner_up"] and not rehearsal:
             lines.append(f"\nBest finalist against the next: {g['vs_runner_up']['text']}")
         rejected = [t for t in g["trials"] if t["state"] == "rejected"]
         if rejected:
@@ -95,19 +129,17 @@ def markdown(result: dict[str, Any]) -> str:
             lines += [f"- trial {t['number']} ({_knobs(t['knobs'])}): {t['quality']}" for t in rejected]
         lines += ["", "| trial | " + " | ".join(g["searched"]) + " | figure | SLO met | quality | s | state |"]
         lines.append("|" + "---|" * (len(g["searched"]) + 6))
-        for t in g["trials"]:
-            f = t["figures"]
-            value = f.get("figure")
-            cells = [str(t["knobs"].get(k)) for k in g["searched"]]
-            slo = {True: "yes", False: "no"}.get(f.get("slo_met"), "-")
-            shown = f"{value:,.3g}" if isinstance(value, int | float) else "-"
-            shown += " (probe)" if t["state"] == "pruned" else " (n=1)"
-            lines.append(
-                f"| {t['number']} | " + " | ".join(cells) + f" | {shown} | {slo} | {t['quality']} | "
-                f"{t['seconds'] or 0:,.0f} | {t['state']}: {t['note']} |"
-            )
+        lines += [_trial_row(t, g["searched"]) for t in _with_untuned(g)]
+    if rehearsal and rehearsal.get("gpu_host"):
+        lines += ["", f"## {tag}On the GPU host", "", "```", rehearsal["gpu_host"], "```"]
     lines += ["", "![search trace](trace.png)", "", "![trials on the Pareto plot](pareto.png)", ""]
     return "\n".join(lines)
+
+
+def _with_untuned(g: dict[str, Any]) -> list[dict[str, Any]]:
+    """The group's trial rows, its untuned start first (a tune from before it was kept has none)."""
+    first = g.get("untuned_trial")
+    return [first, *g["trials"]] if first else list(g["trials"])
 
 
 def write_csv(result: dict[str, Any], path: Path) -> None:
@@ -117,9 +149,10 @@ def write_csv(result: dict[str, Any], path: Path) -> None:
         out = csv.writer(fh)
         out.writerow(["group", "trial", "label", "state", *knobs, *figures, "quality", "seconds", "note"])
         for g in result["groups"]:
-            for t in g["trials"]:
+            for t in _with_untuned(g):
                 f = t["figures"]
-                row = [g["group"], t["number"], t["label"], t["state"], *(t["knobs"].get(k, "") for k in knobs)]
+                number = "untuned" if t["number"] is None else t["number"]
+                row = [g["group"], number, t["label"], t["state"], *(t["knobs"].get(k, "") for k in knobs)]
                 out.writerow([*row, *(f.get(k, "") for k in figures), t["quality"], t["seconds"], t["note"]])
 
 
@@ -131,6 +164,7 @@ def plots(result: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     palette = server_palette(g["group"] for g in result["groups"])
+    tag = "REHEARSAL (stand-ins, not measured): " if result.get("rehearsal") else ""
     fig, ax = plt.subplots(figsize=(7, 4))
     for g in result["groups"]:
         rows = [t for t in g["trials"] if t["values"]]
@@ -139,9 +173,13 @@ def plots(result: dict[str, Any], out: Path) -> None:
         ax.scatter(xs, ys, color=palette[g["group"]], label=g["group"], s=18)
         if ys:
             ax.step(xs, np.maximum.accumulate(ys), where="post", color=palette[g["group"]], alpha=0.6)
+        start = g.get("untuned_trial")
+        if start and start["values"]:
+            ax.axhline(start["values"][0], color=palette[g["group"]], linestyle=":", linewidth=1)
+    ax.plot([], [], color="grey", linestyle=":", label="untuned start")
     ax.set_xlabel("trial")
     ax.set_ylabel(f"objective ({result['objective']})")
-    ax.set_title("search trace: each trial and the running best")
+    ax.set_title(f"{tag}search trace: each trial and the running best")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "trace.png", dpi=110)
@@ -159,11 +197,19 @@ def plots(result: dict[str, Any], out: Path) -> None:
             ax.scatter([x], [y], color=colour, marker=marker, s=22, alpha=0.8)
             if t["number"] == g["chosen"]["trial"]:
                 ax.scatter([x], [y], facecolors="none", edgecolors="black", s=120)
+        start = (g.get("untuned_trial") or {}).get("figures", {})
+        x, y = start.get("tok_s_per_user"), start.get("tok_s_per_gpu")
+        if x is not None and y is not None:
+            ax.scatter([x], [y], color=colour, marker="*", s=160, edgecolors="black", linewidths=0.6, zorder=3)
+            ax.annotate("untuned", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=7)
+            if g["chosen"]["trial"] is None:  # the untuned start kept as the pick
+                ax.scatter([x], [y], facecolors="none", edgecolors="black", s=260)
         ax.scatter([], [], color=colour, label=g["group"])
     ax.scatter([], [], color="grey", marker="x", label="rejected (quality)")
+    ax.scatter([], [], color="grey", marker="*", s=80, label="untuned start")
     ax.set_xlabel("tok/s per user (1000 / TPOT P50)")
     ax.set_ylabel("output tok/s per GPU")
-    ax.set_title("every trial; the pick ringed")
+    ax.set_title(f"{tag}every trial; the pick ringed")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "pareto.png", dpi=110)
