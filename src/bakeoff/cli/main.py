@@ -27,6 +27,7 @@ from bakeoff.cli import history_cmd, trace_cmd, tune_cmd
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
+from bakeoff.console import plural
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.models.presets import COMPANIONS, PRESET_NAMES, make_preset, preset_is_ready
 from bakeoff.paths import campaign_file, models_dir
@@ -248,13 +249,15 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             note = ""
             if any(c.backend.accelerator == "gpu" for c in cells) and not gpu_available():
                 note = "; model files not checked: a GPU campaign, and this machine has no GPU"
-            print(f"{path}: ok ({len(cells)} cells{note})")
+            print(f"{path}: ok ({plural(len(cells), 'cell')}{note})")
             spec = load_campaign(campaign_file(path))
             for warning in unset_warnings(spec):
                 print(f"  {warning}", file=sys.stderr)
             restart = spec.measure_warm_restart
             requests, seconds = campaign_estimate(cells, restart)
-            print(f"  {requests} requests; roughly {duration(seconds)} to run ({assumptions()})")
+            print(f"  {plural(requests, 'request')}; roughly {duration(seconds)} to run")
+        # Said once, not under every campaign of `validate campaigns/*.yaml`.
+        print(f"(the durations are rough: {assumptions()})")
         return 0
     for warning in unset_warnings(load_campaign(campaign_file(args.file))):
         print(warning, file=sys.stderr)
