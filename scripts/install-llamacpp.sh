@@ -99,7 +99,10 @@ fi
 log "configuring ($SRC)"
 cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" >"$CACHE/configure.log" 2>&1 \
   || { tail -30 "$CACHE/configure.log" >&2; exit 1; }
-log "building ${TARGETS[*]} with -j$JOBS (about 15 min the first time on 2 shared cores; log: $CACHE/build.log)"
+# The 15-minute warning only where there is no earlier build in the cache to reuse.
+first=""
+[[ -f "$BUILD/bin/llama-server" ]] || first=", about 15 min the first time on 2 shared cores"
+log "building ${TARGETS[*]} with -j$JOBS (log: $CACHE/build.log$first)"
 cmake --build "$BUILD" --target "${TARGETS[@]}" -j "$JOBS" >"$CACHE/build.log" 2>&1 \
   || { tail -40 "$CACHE/build.log" >&2; exit 1; }
 log "built in $(( $(date +%s) - started )) s"

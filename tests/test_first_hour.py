@@ -541,6 +541,17 @@ def test_make_demo_leaves_the_report_line_to_campaign_run() -> None:
     assert "campaign run" in recipe and "report:" not in recipe  # campaign run prints "report: PATH" itself
 
 
+def test_validate_of_several_campaigns_counts_in_words_and_states_its_assumptions_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ladder, demo = (str(REPO / "campaigns" / f"{name}.yaml") for name in ("cpu-ladder", "cpu-demo"))
+    code, out, _ = run_cli(capsys, "campaign", "validate", ladder, demo)
+    assert len(validate_campaign(Path(ladder))) == 1, "the singular case needs a one-cell campaign"
+    cells = len(validate_campaign(Path(demo)))
+    assert code == 0 and f"{ladder}: ok (1 cell)" in out and f"{demo}: ok ({cells} cells)" in out, out
+    assert out.count("assum") == 1 and out.rstrip().splitlines()[-1].startswith("(the durations are rough"), out
+
+
 def test_the_help_summary_names_every_command() -> None:
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -53,6 +53,11 @@ def working(label: str, stream: TextIO | None = None) -> Iterator[None]:
             ticker.join()
 
 
+def plural(count: int, noun: str) -> str:
+    """A count with its noun: '1 cell', '12 cells'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def text_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain fixed-width table: what a terminal and a CI log both show well."""
     cells = [[_cell(v) for v in row] for row in rows]

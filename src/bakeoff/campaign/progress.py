@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from bakeoff.console import plural
 from bakeoff.history.calibration import Calibration
 from bakeoff.results.store import SUMMARY, read_summary
 from bakeoff.results.summary import STAT_LABELS, StatName
@@ -184,28 +185,34 @@ def cell_estimate(cell: Any, restart: bool, calibration: Calibration | None = No
     return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart, token_s, start_s)
 
 
-def estimate_text(
-    cells: list[Any], restart: bool, auto: tuple[int, int] | None, calibration: Calibration | None
-) -> str:
-    """What ``campaign validate`` prints: requests, duration and the figures it rests on.
-
-    ``auto``: (min_repeats, max_repeats) for ``repeats: auto``, whose duration is a range:
-    ``cells`` are planned for max_repeats; the campaign stops between the two.
-    """
+def estimate_basis(cells: list[Any], calibration: Calibration | None) -> tuple[Calibration | None, str]:
+    """The calibration an estimate of ``cells`` uses (None if it covers none of their backends), and its words."""
     used = (
         calibration
         if calibration is not None
         and any(c.backend.name in calibration.token_s or c.backend.name in calibration.start_s for c in cells)
         else None
     )
-    basis = used.text() + "; otherwise " + assumptions() if used is not None else assumptions()
+    return used, (used.text() + "; otherwise " + assumptions() if used is not None else assumptions())
+
+
+def estimate_text(
+    cells: list[Any], restart: bool, auto: tuple[int, int] | None, calibration: Calibration | None
+) -> str:
+    """What ``campaign validate`` prints per campaign: requests and duration (the basis is said once,
+    by :func:`estimate_basis`).
+
+    ``auto``: (min_repeats, max_repeats) for ``repeats: auto``, whose duration is a range:
+    ``cells`` are planned for max_repeats; the campaign stops between the two.
+    """
+    used, _ = estimate_basis(cells, calibration)
     requests, seconds = campaign_estimate(cells, restart, used)
     if auto is None:
-        return f"{requests} requests; roughly {duration(seconds)} to run ({basis})"
+        return f"{plural(requests, 'request')}; roughly {duration(seconds)} to run"
     low, high = auto
     first = [c for c in cells if c.repeat <= low]
     low_requests, low_seconds = campaign_estimate(first, restart, used)
     return (
         f"repeats: auto — {low}..{high} repeats: {low_requests}..{requests} requests, roughly "
-        f"{duration(low_seconds)}..{duration(seconds)} to run ({basis})"
+        f"{duration(low_seconds)}..{duration(seconds)} to run"
     )

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
 from bakeoff.campaign import recurring
@@ -19,7 +19,7 @@ from bakeoff.campaign.cells import validate_campaign
 from bakeoff.campaign.execute import render_report, run_campaign
 from bakeoff.campaign.gpu_host import unset_warnings
 from bakeoff.campaign.preflight import preflight_campaign
-from bakeoff.campaign.progress import estimate_text
+from bakeoff.campaign.progress import estimate_basis, estimate_text
 from bakeoff.campaign.rehearsal import gpu_host_text
 from bakeoff.campaign.resume import failed_cells
 from bakeoff.campaign.specs import load_campaign
@@ -27,6 +27,7 @@ from bakeoff.cli import history_cmd, trace_cmd, tune_cmd
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
+from bakeoff.console import plural
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.history.archive import history_root
 from bakeoff.history.calibration import calibrate
@@ -246,17 +247,21 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         return 1 if any(r.status == "refused" for r in results) else 0
     if args.campaign_command == "validate":
         measured = calibrate(history_root())  # read once: every file's estimate rests on the same history
+        every_cell: list[Any] = []
         for path in args.files:
             cells = validate_campaign(campaign_file(path))
             note = ""
             if any(c.backend.accelerator == "gpu" for c in cells) and not gpu_available():
                 note = "; model files not checked: a GPU campaign, and this machine has no GPU"
-            print(f"{path}: ok ({len(cells)} cells{note})")
+            print(f"{path}: ok ({plural(len(cells), 'cell')}{note})")
             spec = load_campaign(campaign_file(path))
             for warning in unset_warnings(spec):
                 print(f"  {warning}", file=sys.stderr)
             auto = (spec.min_repeats, spec.planned_repeats) if spec.repeats == "auto" else None
             print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured)}")
+            every_cell.extend(cells)
+        # Said once, not under every campaign of `validate campaigns/*.yaml`.
+        print(f"(the durations are rough: {estimate_basis(every_cell, measured)[1]})")
         return 0
     for warning in unset_warnings(load_campaign(campaign_file(args.file))):
         print(warning, file=sys.stderr)

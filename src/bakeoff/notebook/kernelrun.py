@@ -14,6 +14,10 @@ thread), and the main thread waits. On Ctrl-C it interrupts the kernel as Jupyte
 measured, tears the server down and marks the cell interrupted. After ``grace_s`` (or a
 second Ctrl-C) the kernel is killed instead; the campaign then reaps the server from its
 recorded process group. Either way :func:`execute` raises ``KeyboardInterrupt``.
+
+That is the only SIGINT a kernel gets: the one jupyter_client sends every kernel it shuts
+down is left out (:mod:`.quiet_shutdown`), so a run nobody interrupted logs no
+``KeyboardInterrupt caught in kernel``.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def execute(
     """
     import papermill  # deferred: the report extra, heavy to import
 
+    from bakeoff.notebook.quiet_shutdown import QuietShutdownKernelManager  # jupyter_client: the report extra
+
     errors: list[BaseException] = []
 
     def work() -> None:
@@ -83,6 +89,8 @@ def execute(
                 cwd=str(cwd),
                 # The kernel warns at start that it runs over (local) TCP: one noise line per cell.
                 extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                # No SIGINT to the kernel when nbclient shuts it down after the last cell.
+                kernel_manager_class=QuietShutdownKernelManager,
             )
         except BaseException as exc:  # handed to the main thread
             errors.append(exc)
