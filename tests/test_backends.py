@@ -10,6 +10,7 @@ the compose files against the YAMLs they mirror. Nothing here needs a GPU.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shlex
 from pathlib import Path
@@ -68,17 +69,24 @@ def _dotted(tree: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+@functools.cache
+def _shipped(name: str) -> BackendSpec:
+    """A shipped backend as the parameter lists below see it: each file parsed once per collection,
+    not once per knob (every pytest-xdist worker collects this module)."""
+    return load_backend(name)
+
+
 def _all_knobs() -> list[tuple[str, str]]:
-    return [(name, knob) for name in list_backends() for knob in load_backend(name).knobs]
+    return [(name, knob) for name in list_backends() for knob in _shipped(name).knobs]
 
 
 def _rendering_knobs() -> list[tuple[str, str]]:
     """Knobs with a target of their own (not parameters that fill another knob)."""
-    return [(name, knob) for name, knob in _all_knobs() if load_backend(name).knobs[knob].fills is None]
+    return [(name, knob) for name, knob in _all_knobs() if _shipped(name).knobs[knob].fills is None]
 
 
 def _fill_knobs() -> list[tuple[str, str]]:
-    return [(name, knob) for name, knob in _all_knobs() if load_backend(name).knobs[knob].fills is not None]
+    return [(name, knob) for name, knob in _all_knobs() if _shipped(name).knobs[knob].fills is not None]
 
 
 def _sample(spec: KnobSpec) -> KnobValue:

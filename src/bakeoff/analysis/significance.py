@@ -41,7 +41,12 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+
+# Student's t through scipy.special: ``stdtrit(df, q)`` is ``scipy.stats.t.ppf(q, df)`` and
+# ``stdtr(df, -t)`` is ``scipy.stats.t.sf(t, df)`` (the very functions scipy.stats.t calls, same
+# values), without importing scipy.stats, which costs over a second in every process that loads
+# this module: each CLI command and each cell's notebook kernel.
+from scipy.special import stdtr, stdtrit
 
 Better = Literal["higher", "lower"]
 Outcome = Literal["win", "loss", "equivalent", "undecided"]
@@ -109,11 +114,11 @@ def decide_many(
         se = np.sqrt(va + vb)
         with np.errstate(divide="ignore", invalid="ignore"):  # Welch-Satterthwaite; no noise: any df
             df = np.where(se > 0, (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1)), na + nb - 2.0)
-    crit = stats.t.ppf(1 - alpha / 2, df)
+    crit = stdtrit(df, 1 - alpha / 2)
     exact = se <= 1e-12 * np.maximum(np.abs(d), 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(exact, np.inf, np.abs(d) / np.where(exact, 1.0, se))
-    p = np.where(exact & (np.abs(d) <= 1e-12), 1.0, 2 * stats.t.sf(t, df))
+    p = np.where(exact & (np.abs(d) <= 1e-12), 1.0, 2 * stdtr(df, -t))
     half = np.where(exact, 0.0, crit * se)
     lo, hi = d - half, d + half
     margin = math.log1p(min_effect)
@@ -127,7 +132,7 @@ def decide_many(
 
 def detectable_log(se: float, df: float, alpha: float, power: float = POWER) -> float:
     """The smallest |log ratio| a two-sided t test at ``alpha`` detects with ``power``, at standard error ``se``."""
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+    return float((stdtrit(df, 1 - alpha / 2) + stdtrit(df, power)) * se)
 
 
 def repeats_needed(noise: float, min_effect: float, alpha: float, *, paired: bool, power: float = POWER) -> int | None:
@@ -292,6 +297,6 @@ def mean_interval(values: Sequence[float], alpha: float = ALPHA) -> tuple[float,
     if arr.size < 2:
         return None
     se = float(arr.std(ddof=1)) / math.sqrt(arr.size)
-    half = float(stats.t.ppf(1 - alpha / 2, arr.size - 1)) * se
+    half = float(stdtrit(arr.size - 1, 1 - alpha / 2)) * se
     mean = float(arr.mean())
     return mean - half, mean + half

@@ -319,6 +319,9 @@ class BackendSpec(_Strict):
 
 # A folder of the user's own backend YAMLs, searched before the shipped ones.
 BACKENDS_DIR_ENV = BACKENDS_ENV
+# libyaml's parser where PyYAML was built with it (the same safe constructors, several times
+# faster than the pure-Python one): a backend is read again by every command and cell.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _backend_dirs(directory: Path | None) -> list[Path]:
@@ -337,7 +340,11 @@ def load_backend(name: str, directory: Path | None = None) -> BackendSpec:
     # environment; unset ones stay visible and are refused when a launch needs them.
     text = string.Template(path.read_text()).safe_substitute(os.environ)
     try:
-        return BackendSpec.model_validate(yaml.safe_load(text))
+        raw = yaml.load(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError:
+        raw = yaml.safe_load(text)  # raises again, with the pure-Python parser's quoted line and caret
+    try:
+        return BackendSpec.model_validate(raw)
     except ValidationError as exc:
         raise SpecError(format_validation_error(str(path), exc)) from exc
 
