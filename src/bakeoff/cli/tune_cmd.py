@@ -35,7 +35,8 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         const="",
         metavar="ADDRESS",
         help="run every trial's cells as Ray tasks (at ADDRESS, else RAY_ADDRESS, else a local Ray); the study "
-        "stays here; the --out folder must be one every node sees (needs bakeoff[ray])",
+        "stays here; the --out folder must be one every node sees (needs bakeoff[ray]; default: trials run "
+        "here, one after another)",
     )
     tune.set_defaults(handler=cmd_tune)
 

@@ -157,6 +157,10 @@ class VllmProfile(WireProfile):
                  c.preemptions),
                 ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
                  lab + ',finished_reason="length"', c.requests),
+                # vllm/v1/spec_decode/metrics.py; the stand-in never speculates, so nothing is drafted.
+                ("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", lab, 0),
+                ("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", lab, 0),
+                ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", lab, 0),
             ]
         )  # fmt: skip
 
