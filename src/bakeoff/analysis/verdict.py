@@ -33,7 +33,7 @@ import yaml
 from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, decide, look_alpha, planned_looks
 from bakeoff.analysis.thresholds import parse_threshold
-from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo
+from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
 from bakeoff.results.layout import AUTO_REPEATS, load_cells
 from bakeoff.results.metric_table import BY_KEY, needed_samples
 from bakeoff.results.store import read_json_or_empty
@@ -424,15 +424,7 @@ def slo_basis(campaign_dir: Path, slo: Slo) -> str:
 
 def _bounded_samples(summary: RunSummary, slo: Slo) -> int | None:
     """The fewest samples behind any metric the SLO bounds in this run (None: the SLO bounds nothing)."""
-    latency = summary.latency
-    ttfa = latency.ttfa_ms if latency.ttfa_ms.n else latency.ttft_ms
-    pairs = (
-        (latency.ttft_ms, slo.ttft_ms),
-        (ttfa, slo.ttfa_ms),
-        (latency.tpot_ms, slo.tpot_ms),
-        (latency.e2e_ms, slo.e2e_ms),
-    )
-    counts = [dist.n for dist, bound in pairs if bound is not None]
+    counts = [dist.n for dist, bound in slo_pairs(summary, slo) if bound is not None]
     return min(counts) if counts else None
 
 

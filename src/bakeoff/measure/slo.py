@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from bakeoff.results.summary import RunSummary
+from bakeoff.results.summary import RunSummary, Stat
 from bakeoff.schema import Strict
 from bakeoff.workloads.kinds import OpenLoop
 from bakeoff.workloads.plans import RunPlan, arrival_times, retime
@@ -51,17 +51,22 @@ def resolve_slo(slo: Slo) -> Slo:
     return slo.model_copy(update={"ttft_ms": slo.ttft_ms or ttft, "tpot_ms": slo.tpot_ms or tpot})
 
 
-def run_meets_slo(summary: RunSummary, slo: Slo) -> bool | None:
-    """P99 of every bounded metric within its bound; None when the SLO sets no bound."""
+def slo_pairs(summary: RunSummary, slo: Slo) -> tuple[tuple[Stat, float | None], ...]:
+    """Each metric the SLO can bound, with its bound in this run (None: unbounded)."""
     latency = summary.latency
     # A run without reasoning has no TTFA distribution: its answer starts at TTFT.
     ttfa = latency.ttfa_ms if latency.ttfa_ms.n else latency.ttft_ms
-    bounds = (
+    return (
         (latency.ttft_ms, slo.ttft_ms),
         (ttfa, slo.ttfa_ms),
         (latency.tpot_ms, slo.tpot_ms),
         (latency.e2e_ms, slo.e2e_ms),
     )
+
+
+def run_meets_slo(summary: RunSummary, slo: Slo) -> bool | None:
+    """P99 of every bounded metric within its bound; None when the SLO sets no bound."""
+    bounds = slo_pairs(summary, slo)
     if all(bound is None for _, bound in bounds):
         return None
     if summary.requests.ok == 0 or summary.requests.failed > 0:
