@@ -210,6 +210,20 @@ def silent_token_ids(tokenizer: object) -> list[int]:
     return sorted(set(ids))
 
 
+def save_model(model: Any, tokenizer: Any, out_dir: Path) -> None:
+    """Write a model and its tokenizer as safetensors into ``out_dir``, without a progress bar.
+
+    transformers draws a "Writing model shards" bar per save; for a one-shard model it is
+    only noise in ``make``'s output.
+    """
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+
+
 def llama_config(spec: Preset, tokenizer: Any, dtype: str | None = None) -> Any:
     """The transformers ``LlamaConfig`` of ``spec``, with ``tokenizer``'s special-token ids."""
     from transformers import LlamaConfig  # deferred: the modelgen extra
@@ -249,9 +263,7 @@ def make_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
         # so greedy decoding never picks them and each generated token streams visible text,
         # as a trained model's would. Without this, TTFT would wait for printable text.
         model.lm_head.weight[silent_token_ids(tokenizer)] = 0
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)  # type: ignore[attr-defined]
+    save_model(model, tokenizer, out_dir)
     params = sum(p.numel() for p in model.parameters())
     meta = {"preset": preset, "seed": seed, "format": MODEL_FORMAT, "parameters": params, **asdict(spec)}
     (out_dir / "bakeoff-model.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bakeoff.models.modelgen import Preset, llama_config, train_tokenizer
+from bakeoff.models.modelgen import Preset, llama_config, save_model, train_tokenizer
 from bakeoff.models.world import END, WorldRecipe, corpus, exam, recipe_digest
 
 log = logging.getLogger(__name__)
@@ -219,9 +219,7 @@ def train(recipe: TrainRecipe, out_dir: Path, threads: int | None = None) -> dic
         "world": asdict(recipe.world),
         "architecture": asdict(recipe.arch),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
+    save_model(model.to(torch.bfloat16), tokenizer, out_dir)
     (out_dir / "bakeoff-model.json").write_text(json.dumps(card, indent=2) + "\n")
     (out_dir / "README.md").write_text(model_card(card))
     return card
