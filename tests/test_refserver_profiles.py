@@ -23,13 +23,14 @@ import yaml
 from aiohttp.test_utils import TestServer
 
 from bakeoff.measure.client import ClientSettings, StreamingClient
-from bakeoff.observe.telemetry import parse_prometheus
+from bakeoff.observe.telemetry import Snapshot, parse_prometheus, speculative_from_counters
 from bakeoff.ref.cache import PrefixCache
 from bakeoff.ref.options import RefOptions
 from bakeoff.ref.profiles import SglangProfile, make_profile
 from bakeoff.ref.server import ReferenceServer
 from bakeoff.ref.wire import WireProfile
 from bakeoff.results.records import RequestRecord
+from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest
 
@@ -40,6 +41,8 @@ SLOW = '{"ttft_ms": 600, "itl_ms": 1}'  # a request that stays running while the
 # client share one event loop here, so on busy cores a 5 ms gap can close up and both land in
 # one read (one timestamp); 100 ms keeps them apart.
 APART = RefOptions(ttft_ms=100.0, itl_ms=1.0)
+# Four drafts a step, 0.375 of them accepted: 1, 2, 1, 2, ... a step (1.5 on average).
+SPECULATING = RefOptions(ttft_ms=5.0, itl_ms=1.0, spec_tokens=4, spec_accept=0.375)
 PROMPT = " ".join(f"p{i}" for i in range(70))
 BACKENDS = Path(__file__).resolve().parents[1] / "backends"
 
@@ -54,10 +57,14 @@ async def serving(profile: WireProfile, options: RefOptions = FAST) -> AsyncIter
         await server.close()
 
 
-def run(profile: str | WireProfile, check: Callable[[str, aiohttp.ClientSession], Awaitable[None]]) -> None:
+def run(
+    profile: str | WireProfile,
+    check: Callable[[str, aiohttp.ClientSession], Awaitable[None]],
+    options: RefOptions = FAST,
+) -> None:
     async def main() -> None:
         wire = make_profile(profile) if isinstance(profile, str) else profile
-        async with serving(wire) as url, aiohttp.ClientSession() as session:
+        async with serving(wire, options) as url, aiohttp.ClientSession() as session:
             await check(url, session)
 
     asyncio.run(main())
@@ -308,6 +315,68 @@ def test_trtllm_iteration_stats_drain_and_prometheus() -> None:
     run("trtllm", check)
 
 
+# --- speculative decoding, in every profile ------------------------------------------------
+
+
+def _speculate(profile: str, options: RefOptions, max_tokens: int) -> tuple[list[int], Snapshot, Snapshot, str]:
+    """One streamed completion; its chunk sizes, the backend's scrapes around it, and the text after."""
+    backend = load_backend(profile)
+    assert backend.metrics.path is not None
+
+    async def main() -> tuple[list[int], Snapshot, Snapshot, str]:
+        async with serving(make_profile(profile, warmup_s=0.0), options) as url, aiohttp.ClientSession() as session:
+            _, before = await metrics(session, url + backend.metrics.path)
+            status, raw = await post(session, url, body(False, max_tokens=max_tokens), chat=False)
+            assert status == 200
+            text, after = await metrics(session, url + backend.metrics.path)
+        chunks = [len(e["choices"][0]["text"].split()) for e in events(raw) if isinstance(e, dict) and e["choices"]]
+        return chunks, before, after, text
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("profile", ["vllm", "sglang", "trtllm"])
+def test_speculation_streams_steps_and_counts_them_as_the_framework_does(profile: str) -> None:
+    backend = load_backend(profile)
+    chunks, before, after, _ = _speculate(profile, SPECULATING, max_tokens=16)
+    # The prefill's token, then each step's own token and the drafts it accepted, in one chunk.
+    assert chunks == [1, 2, 3, 2, 3, 2, 3]
+    spec = speculative_from_counters(before, after, backend, draft_len=4)
+    assert spec is not None
+    # Six steps proposed 24 drafts and accepted 9 of them, read through each backend's YAML
+    # (SGLang's from its verify-call and token counters, TensorRT-LLM's without a step count).
+    assert (spec["draft_tokens"], spec["accepted_tokens"], spec["acceptance_rate"]) == (24, 9, 0.375)
+    assert spec["accepted_per_step"] == (None if profile == "trtllm" else 1.5)
+
+
+def test_speculation_cuts_the_last_step_to_max_tokens() -> None:
+    chunks, before, after, text = _speculate("vllm", SPECULATING, max_tokens=8)
+    # Steps of 2, 3, then 2 of the 3 the third step would have sent: 4 drafts accepted, not 5.
+    assert chunks == [1, 2, 3, 2]
+    assert speculative_from_counters(before, after, load_backend("vllm")) == {
+        "draft_tokens": 12, "accepted_tokens": 4, "drafts": 3, "acceptance_rate": 4 / 12, "accepted_per_step": 4 / 3,
+    }  # fmt: skip
+    assert 'vllm:spec_decode_num_accepted_tokens_total{model_name="served-name",engine="0"} 4.0' in text
+
+
+@pytest.mark.parametrize("profile", ["vllm", "sglang", "trtllm"])
+def test_without_speculation_nothing_is_drafted_and_chunks_are_the_profiles(profile: str) -> None:
+    chunks, before, after, text = _speculate(profile, FAST, max_tokens=12)
+    assert chunks == make_profile(profile).chunk_sizes(12, 1)
+    assert speculative_from_counters(before, after, load_backend(profile), draft_len=4) is None
+    # vLLM registers its draft counters only with a speculative config, TensorRT-LLM on a first draft.
+    assert ("spec_decode" in text) is False
+    if profile == "sglang":  # its gauges are there at 0, the verify-call counter is not
+        assert "sglang:spec_accept_length" in text and "sglang:spec_verify_calls_total" not in text
+
+
+def test_speculation_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="spec_accept between 0 and 1"):
+        RefOptions(spec_tokens=4, spec_accept=1.5)
+    with pytest.raises(ValueError, match="spec_tokens must be 0"):
+        RefOptions(spec_tokens=-1)
+
+
 # --- bakeoff's client against each profile -------------------------------------------------
 
 
@@ -355,7 +424,11 @@ def _rehearsable() -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize(("name", "spec"), _rehearsable(), ids=[name for name, _ in _rehearsable()])
 def test_every_scraped_name_and_path_exists_in_the_profile(name: str, spec: dict[str, Any]) -> None:
-    """A YAML metric name the profile lacks would read 'unknown' in every rehearsal report."""
+    """A YAML metric name the profile lacks would read 'unknown' in every rehearsal report.
+
+    The server speculates: the frameworks register (or first increment) their draft counters
+    only then, and the YAMLs map those too.
+    """
 
     async def check(url: str, session: aiohttp.ClientSession) -> None:
         await post(session, url, body(False), chat=False)  # counters appear once something ran
@@ -373,4 +446,4 @@ def test_every_scraped_name_and_path_exists_in_the_profile(name: str, spec: dict
                 for key in dotted.split("."):
                     value = value[key]
 
-    run(make_profile(spec["rehearsal_profile"], warmup_s=0.0), check)
+    run(make_profile(spec["rehearsal_profile"], warmup_s=0.0), check, SPECULATING)

@@ -315,7 +315,10 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
         )
         # False: the reset failed, so hits may include what earlier runs left in the cache.
         block.cache_emptied_before_run = cache.ok
-    drafted = speculative_from_counters(run.before, run.after, backend) if backend else None
+    knobs = target.server_info.get("effective_knobs") or target.server_info.get("knobs") or {}
+    draft_len = knobs.get("num_speculative_tokens")
+    draft_len = draft_len if isinstance(draft_len, int) and not isinstance(draft_len, bool) else None
+    drafted = speculative_from_counters(run.before, run.after, backend, draft_len) if backend else None
     died = run.died
     return measured.model_copy(
         update={

@@ -164,8 +164,17 @@ def _one(snapshot: Snapshot, native: str) -> float | None:
     return None
 
 
-def counter_delta(before: Snapshot, after: Snapshot, backend: BackendSpec, name: str) -> float | None:
+def counter_delta(
+    before: Snapshot, after: Snapshot, backend: BackendSpec, name: str, *, lazy: bool = False
+) -> float | None:
+    """``name``'s growth over the window; None when either scrape lacks it.
+
+    ``lazy``: a counter the framework creates on its first increment (SGLang's and TensorRT-LLM's
+    speculative counters): missing from a scrape that answered, it stood at 0.
+    """
     start, end = logical(before, backend, name), logical(after, backend, name)
+    if start is None and lazy and before:
+        start = 0.0
     if start is None or end is None:
         return None
     return end - start
@@ -199,16 +208,31 @@ def prefix_cache_from_counters(before: Snapshot, after: Snapshot, backend: Backe
 
 
 def speculative_from_counters(
-    before: Snapshot, after: Snapshot, backend: BackendSpec
+    before: Snapshot, after: Snapshot, backend: BackendSpec, draft_len: int | None = None
 ) -> dict[str, float | None] | None:
     """Draft tokens proposed and accepted over the window, with the acceptance rate and the
     accepted tokens per verification step; None when nothing was proposed (speculation off,
-    counters not exposed, or a failed scrape)."""
-    drafted = counter_delta(before, after, backend, "spec_draft_tokens")
-    accepted = counter_delta(before, after, backend, "spec_accepted_tokens")
+    counters not exposed, or a failed scrape).
+
+    A backend that counts verification steps only (SGLang) gets the rest from its token
+    counters: every completion token is the prefill's, a step's own or an accepted draft, so
+    accepted = generated - requests - steps, and each step proposed ``draft_len`` tokens (the
+    server's ``num_speculative_tokens``). One that counts no steps (TensorRT-LLM) has no
+    accepted-per-step figure.
+    """
+    names = backend.metrics.names
+    drafted = counter_delta(before, after, backend, "spec_draft_tokens", lazy=True)
+    accepted = counter_delta(before, after, backend, "spec_accepted_tokens", lazy=True)
+    drafts = counter_delta(before, after, backend, "spec_drafts", lazy=True)
+    if drafts and "spec_accepted_tokens" not in names:
+        generated = counter_delta(before, after, backend, "generation_tokens")
+        requests = counter_delta(before, after, backend, "requests")
+        if generated is not None and requests is not None:
+            accepted = max(generated - requests - drafts, 0.0)
+    if drafts and draft_len and "spec_draft_tokens" not in names:
+        drafted = drafts * draft_len
     if not drafted or accepted is None:
         return None
-    drafts = counter_delta(before, after, backend, "spec_drafts")
     return {
         "draft_tokens": drafted,
         "accepted_tokens": accepted,

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bakeoff.ref.speculation import Drafts
+
 KV_CAPACITY_BLOCKS = 4096  # the pretend KV pool that usage gauges are a fraction of
 
 
@@ -73,6 +75,15 @@ class Counters:
     last_hit_rate: float = 0.0  # of the last prefill (SGLang's cache_hit_rate gauge)
     held_blocks: int = 0  # KV blocks of running requests: what a reset cannot free
     peak_running: int = 0
+    # Speculative decoding (bakeoff.ref.speculation), counted as requests finish; a profile
+    # exposes these only when the server was started speculating, as the frameworks do.
+    speculating: bool = False
+    spec_steps: int = 0  # verification steps (vLLM's drafts, SGLang's verify calls)
+    spec_proposed: int = 0  # draft tokens proposed
+    spec_accepted: int = 0  # draft tokens accepted
+    # Of the last finished request: SGLang's gauges cover the last logging interval only.
+    last_accept_length: float = 0.0
+    last_accept_rate: float = 0.0
     _held: dict[int, int] = field(default_factory=dict)
 
     def admit(self, key: int, words: list[str], max_tokens: int) -> int:
@@ -91,13 +102,19 @@ class Counters:
         self.peak_running = max(self.peak_running, self.running)
         return hits
 
-    def release(self, key: int, *, generated: int, finished: bool) -> None:
+    def release(self, key: int, *, generated: int, finished: bool, drafts: Drafts | None = None) -> None:
         """The request left (finished or failed): its blocks are free again."""
         self.held_blocks -= self._held.pop(key, 0)
         self.running -= 1
         if finished:
             self.requests += 1
             self.generation_tokens += generated
+            if drafts is not None and drafts.steps:
+                self.spec_steps += drafts.steps
+                self.spec_proposed += drafts.proposed
+                self.spec_accepted += drafts.accepted
+                self.last_accept_length = 1 + drafts.accepted / drafts.steps
+                self.last_accept_rate = drafts.accepted / drafts.proposed if drafts.proposed else 0.0
 
     @property
     def kv_usage(self) -> float:

@@ -56,6 +56,10 @@ class RefOptions:
     prefill_step_ms: float = 0.0
     itl_per_budget_token_ms: float = 0.0
     garble: bool = False
+    # Planted speculative decoding (bakeoff.ref.speculation): spec_tokens drafts a decode
+    # step (0: off), of which the share spec_accept is accepted, spread evenly over the steps.
+    spec_tokens: int = 0
+    spec_accept: float = 0.0
 
     def __post_init__(self) -> None:
         timed = (self.ttft_ms, self.itl_ms, self.stall_s, self.answer_gap_ms, self.itl_per_running_ms,
@@ -68,6 +72,8 @@ class RefOptions:
             raise ValueError(
                 "tokens_per_chunk and fault_every must be at least 1, eos_after and reasoning_tokens 0 or more"
             )
+        if self.spec_tokens < 0 or not 0.0 <= self.spec_accept <= 1.0:
+            raise ValueError("spec_tokens must be 0 (off) or more, spec_accept between 0 and 1")
         if self.usage not in get_args(UsageMode):
             raise ValueError(f"usage must be one of {get_args(UsageMode)}, got {self.usage!r}")
         if self.fault not in get_args(Fault):
@@ -100,6 +106,15 @@ class ServerStats:
             ("vllm:generation_tokens_total", "counter", label, counters.generation_tokens),
             ("vllm:prefix_cache_queries_total", "counter", label, counters.prompt_tokens),
             ("vllm:prefix_cache_hits_total", "counter", label, counters.cache_hits),
+            *(
+                [
+                    ("vllm:spec_decode_num_drafts_total", "counter", label, counters.spec_steps),
+                    ("vllm:spec_decode_num_draft_tokens_total", "counter", label, counters.spec_proposed),
+                    ("vllm:spec_decode_num_accepted_tokens_total", "counter", label, counters.spec_accepted),
+                ]
+                if counters.speculating
+                else []
+            ),
             ("bakeoff_ref_chunks_total", "counter", "", self.chunks),
             ("bakeoff_ref_late_seconds_total", "counter", "", self.pacer.late_sum_s),
             ("bakeoff_ref_late_seconds_max", "gauge", "", self.pacer.late_max_s),

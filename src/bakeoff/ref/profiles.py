@@ -56,6 +56,13 @@ sglang  reasoning in delta ``reasoning_content``; usage.reasoning_tokens      op
         (top level) counts it                                                 UsageInfo
 trtllm  reasoning in delta ``reasoning_content`` (``content`` absent:         serve/openai_protocol.py,
         exclude_none); no reasoning count in usage                            UsageInfo
+vllm    speculating (``spec_tokens``): counters spec_decode_num_drafts,       v1/spec_decode/metrics.py
+        _num_draft_tokens, _num_accepted_tokens; registered only then
+sglang  gauges spec_accept_length, spec_accept_rate (0 when off), counter     observability/
+        spec_verify_calls_total from the first verification step on           metrics_collector.py
+trtllm  counters trtllm_spec_decode_num_draft_tokens_total and                metrics/collector.py
+        _num_accepted_tokens_total (no count of steps), gauge                 (specDecodingStats)
+        trtllm_spec_decode_acceptance_length
 ======= ===================================================================== ================================
 """
 
@@ -67,6 +74,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from aiohttp import web
 
+from bakeoff.ref.cache import Counters
 from bakeoff.ref.trtllm import TrtllmProfile
 from bakeoff.ref.wire import Handler, Served, WireProfile, exposition, json_response, sse, usage_info
 
@@ -157,12 +165,19 @@ class VllmProfile(WireProfile):
                  c.preemptions),
                 ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
                  lab + ',finished_reason="length"', c.requests),
-                # vllm/v1/spec_decode/metrics.py; the stand-in never speculates, so nothing is drafted.
-                ("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", lab, 0),
-                ("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", lab, 0),
-                ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", lab, 0),
+                *(vllm_spec_rows(c, lab) if c.speculating else []),
             ]
         )  # fmt: skip
+
+
+def vllm_spec_rows(c: Counters, lab: str) -> list[tuple[str, str, str, str, float]]:
+    """vllm/v1/spec_decode/metrics.py (0.33.0): registered only with a speculative config."""
+    return [
+        ("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", lab, c.spec_steps),
+        ("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", lab, c.spec_proposed),
+        ("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", lab,
+         c.spec_accepted),
+    ]  # fmt: skip
 
 
 class SglangProfile(WireProfile):
@@ -274,6 +289,14 @@ class SglangProfile(WireProfile):
                 ("sglang:num_requests_total", "counter", "Number of requests processed.", lab, c.requests),
                 ("sglang:num_retracted_requests_total", "counter", "Number of retracted requests.", lab,
                  c.preemptions),
+                # Gauges of the last logging interval, exported (0) with speculation off too; the
+                # counter of verification steps appears with the first one (observability/metrics_collector.py).
+                ("sglang:spec_accept_length", "gauge", "Mean acceptance length of speculative decoding (accepted "
+                 "drafts + bonus token per forward).", lab, c.last_accept_length),
+                ("sglang:spec_accept_rate", "gauge", "Speculative acceptance rate (`accepted drafts / proposed "
+                 "drafts` in batch).", lab, c.last_accept_rate),
+                *([("sglang:spec_verify_calls_total", "counter", "Number of speculative decoding verification "
+                    "calls.", lab, c.spec_steps)] if c.spec_steps else []),
             ]
         )  # fmt: skip
 

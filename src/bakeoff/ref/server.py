@@ -13,6 +13,9 @@ the request) and reproduces the protocol quirks and failures seen on real server
   a stall, or the whole process dying mid-stream;
 - canned answers (``--canned FILE``, prompt -> text): the quality checks' planted outputs,
   ending with ``finish_reason: stop``, or ``length`` where ``max_tokens`` cuts them;
+- speculative decoding (``spec_tokens``, ``spec_accept``): each decode step sends its own
+  token and the drafts it accepted in one chunk, counted for the profile's metrics
+  (:mod:`bakeoff.ref.speculation`);
 - a reasoning phase (chat, ``reasoning_tokens``): the first tokens of the answer go out in
   the profile's reasoning delta field, then the answer after ``answer_gap_ms``, with the
   profile's reasoning count (or none) in usage.
@@ -52,6 +55,7 @@ from bakeoff.ref.batching import Slots, first_token_ms, gap_ms
 from bakeoff.ref.cache import Counters
 from bakeoff.ref.options import MODEL, Fault, RefOptions, ServerStats, UsageMode, canned_key, load_canned
 from bakeoff.ref.profiles import PROFILES, make_profile
+from bakeoff.ref.speculation import Drafts, split_at, step_sizes
 from bakeoff.ref.wire import WireProfile, sse
 
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -76,7 +80,7 @@ class ReferenceServer:
         self.profile = profile or WireProfile()
         cache = self.profile.new_cache()
         cache.enabled = prefix_cache
-        self.counters = Counters(cache)
+        self.counters = Counters(cache, speculating=options.spec_tokens > 0)
         self._next_key = 0
         self.api_key = api_key  # then every route, health and metrics too, wants it as a bearer token
         self.stats = ServerStats()
@@ -195,14 +199,13 @@ class ReferenceServer:
         # over chunks by text length then get the exact split back. Each phase is chunked on
         # its own, so no chunk straddles the two.
         texts: list[str] = []
-        thinking = self.profile.chunk_sizes(reasoning, opts.tokens_per_chunk) if reasoning else []
+        thinking, answering, drafts = self._chunk_sizes(opts, max_tokens, reasoning)
         start = 0
         for size in thinking:
             texts.append("".join(f" r{t % 10}" for t in range(start, start + size)))
             start += size
         start = 0
-        answer = max_tokens - reasoning
-        for size in self.profile.chunk_sizes(answer, opts.tokens_per_chunk) if answer else []:
+        for size in answering:
             if pieces is not None:
                 texts.append("".join(pieces[start : start + size]))
             else:
@@ -222,8 +225,23 @@ class ReferenceServer:
             )
             return resp
         finally:
-            self.counters.release(key, generated=max_tokens, finished=finished)
+            self.counters.release(key, generated=max_tokens, finished=finished, drafts=drafts)
             self.profile.on_finish(self.counters)
+
+    def _chunk_sizes(self, opts: RefOptions, max_tokens: int, reasoning: int) -> tuple[list[int], list[int], Drafts]:
+        """Tokens per chunk of the reasoning and of the answer, and what speculation drafted for them.
+
+        Speculating, a chunk is a decode step (bakeoff.ref.speculation) and the profile's own
+        chunking does not apply; a step across the reasoning's end is sent as two chunks.
+        """
+        if opts.spec_tokens:
+            sizes, drafts = step_sizes(max_tokens, opts.spec_tokens, opts.spec_accept)
+            thinking, answering = split_at(sizes, reasoning)
+            return thinking, answering, drafts
+        answer = max_tokens - reasoning
+        thinking = self.profile.chunk_sizes(reasoning, opts.tokens_per_chunk) if reasoning else []
+        answering = self.profile.chunk_sizes(answer, opts.tokens_per_chunk) if answer else []
+        return thinking, answering, Drafts()
 
     def _whole(self, chat: bool, text: str, usage: dict[str, Any], finish: str = "length") -> web.Response:
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}

@@ -210,5 +210,19 @@ class TrtllmProfile(WireProfile):
                 ("trtllm_kv_cache_utilization", "gauge", "KV cache utilization", lab, c.kv_usage),
                 ("trtllm_num_requests_running", "gauge", "Number of active requests", lab, c.running),
                 ("trtllm_num_requests_waiting", "gauge", "Number of queued requests", lab, c.waiting),
+                *(self._spec_rows(c, lab) if c.speculating else []),
             ]
         )  # fmt: skip
+
+    @staticmethod
+    def _spec_rows(c: Counters, lab: str) -> list[tuple[str, str, str, str, float]]:
+        """metrics/collector.py: from each iteration's specDecodingStats; drafted and accepted
+        (the target's own token not counted) only, no count of verification steps."""
+        return [
+            ("trtllm_spec_decode_num_draft_tokens_total", "counter", "Total number of draft tokens in speculative "
+             "decoding", lab, c.spec_proposed),
+            ("trtllm_spec_decode_num_accepted_tokens_total", "counter", "Total number of accepted tokens in "
+             "speculative decoding", lab, c.spec_accepted),
+            ("trtllm_spec_decode_acceptance_length", "gauge", "Acceptance length in speculative decoding", lab,
+             c.last_accept_length),
+        ]  # fmt: skip
