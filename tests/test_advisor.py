@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,39 @@ def test_advise_hands_its_advice_to_tune(folder: Path, capsys: pytest.CaptureFix
     assert {s.label for s in spec.servers} == {"vllm-tight", "llamacpp"}
     seqs = spec.tune.knobs["max_num_seqs"]
     assert seqs.low is not None and seqs.high is not None and seqs.low <= 4 and seqs.high >= 16
+
+
+# Sample /proc/cpuinfo flag sets: this machine's AVX2-only EPYC, an AVX-512 Xeon, an AMX one.
+AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})
+AVX512 = AVX2 | {"avx512f", "avx512vl", "avx512bw", "avx512dq"}
+AMX = AVX2 | {"amx_tile", "amx_bf16"}
+
+
+def test_fp8_kv_is_proposed_only_where_the_host_can_run_it() -> None:
+    # Memory-bound with the sequence cap spent: an 8-bit KV cache is the natural next step.
+    memory = classify("v", "w", planted.memory_bound())
+    backend = load_backend("vllm-cpu")
+    for flags in (AVX512, AMX):
+        step = next_step(memory, backend, {"max_num_seqs": 1}, flags)
+        assert step is not None and (step.knob, step.proposed) == ("kv_cache_dtype", "fp8"), sorted(flags)
+    step = next_step(memory, backend, {"max_num_seqs": 1}, AVX2)
+    # Without AVX-512 or AMX vLLM-CPU has no FP8 KV kernels: the next knob, saying why not fp8.
+    assert step is not None and (step.stage, step.knob) == ("kv_share", "kv_cache_space_gib")
+    assert "`kv_cache_dtype` 'fp8' was the natural step but is not proposed" in step.reason
+    assert "AVX-512" in step.reason and "(amx_tile)" in step.markdown()
+
+
+def test_advise_reads_the_cpu_flags_the_run_recorded(tmp_path: Path, small_model: Path) -> None:
+    cells = {"vllm-one": ("vllm-cpu", {"max_model_len": 2048, "max_num_seqs": 1}, planted.memory_bound())}
+    folder = planted.campaign_folder(tmp_path / "planted", small_model, cells)
+
+    def recorded(flags: frozenset[str]) -> dict[str, object]:
+        for run_json in folder.glob("cells/*/runs/*/run.json"):
+            info = json.loads(run_json.read_text())
+            info["machine"]["cpu_flags"] = sorted(flags)
+            run_json.write_text(json.dumps(info))
+        return {s.server: s.knob for s in advise(folder)}
+
+    # Whatever this host has: the measured host's flags decide.
+    assert recorded(AVX2) == {"vllm-one": "kv_cache_space_gib"}
+    assert recorded(AVX512) == {"vllm-one": "kv_cache_dtype"}

@@ -18,7 +18,9 @@ measured. Each advice must follow from the series it cites
 
 - a batching cap is raised first, whatever the bound, when requests waited while the number
   running sat at the cap below the offered load (and the KV pool was not the reason);
-- an 8-bit KV cache is proposed only when the KV pool was near full or requests were preempted.
+- an 8-bit KV cache is proposed only when the KV pool was near full or requests were preempted,
+  and only where the measured host can run it (its CPU flags, as the run recorded them, against
+  the knob's ``needs_cpu``); passed over, the step proposed instead says why.
 
 :func:`write_campaign` writes a campaign that runs the current configuration and the proposed
 one side by side, on the diagnosed load level of the workload concerned only (the advised change
@@ -30,7 +32,7 @@ with a ``tune:`` section searching just the advised knobs, around the proposed v
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,10 @@ import yaml
 from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
 from bakeoff.analysis.roofline import efficiencies
 from bakeoff.errors import BakeoffError, SpecError
-from bakeoff.results.layout import load_cells
+from bakeoff.results.layout import CellResult, load_cells
+from bakeoff.results.store import RUN_INFO, read_json
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
+from bakeoff.serving.cpu_checks import host_cpu_flags, refusal
 from bakeoff.serving.knobs import check_knob
 from bakeoff.serving.tune_space import COST_ORDER as COST_ORDER  # the one cost order, shared with tune
 
@@ -213,8 +217,19 @@ _PLAYBOOK: dict[Bound, tuple[tuple[str, str, Proposal], ...]] = {
 }
 
 
-def next_step(diagnosis: Diagnosis, backend: BackendSpec, knobs: Mapping[str, KnobValue]) -> Step | None:
-    """The cheapest change that addresses the diagnosis and the backend accepts."""
+def next_step(
+    diagnosis: Diagnosis,
+    backend: BackendSpec,
+    knobs: Mapping[str, KnobValue],
+    cpu_flags: Collection[str] | None = None,
+) -> Step | None:
+    """The cheapest change that addresses the diagnosis and the backend accepts.
+
+    ``cpu_flags``: the measured host's CPU flags. A value whose ``needs_cpu`` they lack (vLLM-CPU's
+    fp8 KV cache without AVX-512 or AMX) is passed over, and the step taken instead says why;
+    None checks nothing (the server decides).
+    """
+    passed_over: list[str] = []
     for stage, knob, propose in (_FIRST, *_PLAYBOOK[diagnosis.bound]):
         if knob not in backend.knobs:
             continue
@@ -229,6 +244,12 @@ def next_step(diagnosis: Diagnosis, backend: BackendSpec, knobs: Mapping[str, Kn
         current = _current(backend, knobs, knob)
         if value == current:
             continue
+        refused = refusal(backend, knob, value, cpu_flags) if cpu_flags is not None else None
+        if refused is not None:
+            passed_over.append(
+                f"`{knob}` {value!r} was the natural step but is not proposed: on {backend.name}, {refused}."
+            )
+            continue
         return Step(
             diagnosis.server,
             diagnosis.workload,
@@ -237,11 +258,20 @@ def next_step(diagnosis: Diagnosis, backend: BackendSpec, knobs: Mapping[str, Kn
             knob,
             current,
             value,
-            reason,
+            " ".join([*passed_over, reason]),
             diagnosis,
             dict(knobs),
         )
     return None
+
+
+def measured_cpu_flags(cell: CellResult) -> frozenset[str] | None:
+    """The CPU flags of the host that measured ``cell`` (its runs' ``run.json``), else this host's."""
+    for info in sorted(cell.dir.glob(f"runs/*/{RUN_INFO}")):
+        flags = read_json(info).get("machine", {}).get("cpu_flags")
+        if isinstance(flags, list):
+            return frozenset(str(f) for f in flags)
+    return host_cpu_flags()
 
 
 def advise(campaign_dir: Path) -> list[Step]:
@@ -253,7 +283,7 @@ def advise(campaign_dir: Path) -> list[Step]:
     for diagnosis in diagnose_cells(cells, efficiencies(campaign_dir)):
         cell = by_key[(diagnosis.server, diagnosis.workload)]
         backend = load_backend(cell.backend)
-        step = next_step(diagnosis, backend, cell.knobs)
+        step = next_step(diagnosis, backend, cell.knobs, measured_cpu_flags(cell))
         if step is not None:
             steps.append(step)
     return steps

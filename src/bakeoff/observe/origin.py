@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.serving.backends import BackendSpec
+from bakeoff.serving.cpu_checks import host_cpu_flags
 from bakeoff.serving.engine_env import engine_versions
 from bakeoff.serving.gpus import gpus
 
@@ -90,6 +91,8 @@ def machine_info() -> dict[str, Any]:
         "memory_gib": mem_gib,
         "python": platform.python_version(),
         **hardware(),  # CPU model, GPU type, count and driver: what history groups runs by
+        # What a CPU engine's kernels can use (AVX-512, AMX): the advisor reads them later, maybe elsewhere.
+        "cpu_flags": sorted(flags) if (flags := host_cpu_flags()) is not None else None,
     }
 
 
