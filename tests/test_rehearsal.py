@@ -15,18 +15,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pandas as pd
 import pytest
 import yaml
 
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.rehearsal import rehearsal_spec
+from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.campaign.specs import load_campaign
+from bakeoff.measure.client import ClientSettings
+from bakeoff.models.model_source import ModelSource
+from bakeoff.report.tables import speculative_table
 from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
-from bakeoff.results.store import read_summary
+from bakeoff.results.store import read_summary, write_json
 from bakeoff.serving.backends import BackendSpec, load_backend
-from bakeoff.serving.launchers import launcher_kind
+from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import ConcurrencySweep
+from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))
@@ -218,6 +224,55 @@ class TestRehearsalAgent3kContext(RehearsedCampaign):
                 assert block.cached_tokens_ratio == pytest.approx(rate, abs=0.05), (label, block)
                 if load_backend(cell["backend"]).cache_reset.kind == "http":
                     assert run["prefix_cache_reset_before_run"], label
+
+
+# No shipped GPU campaign asks a speculative question (their questions are frameworks, prefix
+# caching, chunked prefill, INT4, tuning), so these servers do: one per way of counting drafts.
+# vLLM counts drafts, SGLang only verification steps, TensorRT-LLM no steps. A GPU host would
+# need an EAGLE head for SGLang; the rehearsal only mounts the folder.
+SPECULATIVE = {
+    "vllm": {"speculative": "ngram", "num_speculative_tokens": 2},
+    "sglang": {"speculative": "eagle"},  # num_speculative_tokens: 4 by default
+    "trtllm": {"speculative": "ngram"},
+}
+
+
+def _rehearse_one(backend_name: str, knobs: dict[str, Any], model: Path, cell_dir: Path) -> None:
+    """One server as a rehearsal launches it, one closed-loop level through the runner into ``cell_dir``."""
+    backend = load_backend(backend_name)
+    server = ServerConfig(backend=backend_name, label=f"{backend_name}-spec", knobs=knobs)
+    source = ModelSource(hf_id=None, local_dir=model)
+    ctx = LaunchContext(server, backend, source, "llama-7b", cell_dir, draft_dir=model)
+    # 25 tokens: the prefill's one, then whole steps (1 + 1 of 2 drafts, or 1 + 2 of 4).
+    requests = [PlannedRequest(i, "completions", 25, prompt=f"hello {i} " * 8) for i in range(4)]
+    with start_server(ctx, rehearse=True) as (handle, launch):
+        info = {"kind": handle.kind, "knobs": launch.knobs, "effective_knobs": launch.effective_knobs}
+        extra = dict(backend.request.extra_body)
+        settings = ClientSettings(
+            handle.base_url, handle.model, extra_body=extra, min_tokens=backend.request.min_tokens
+        )
+        target = RunTarget(settings, backend, info, show_progress=False)
+        plan = RunPlan("c2", "closed", {}, concurrency=2, requests=requests)
+        execute_plan(plan, target, cell_dir / "runs" / "c2")
+    server_info = {"label": server.label, "backend": backend_name, "knobs": knobs}
+    write_json(
+        cell_dir / "cell.json", {"server": server_info, "backend": backend_name, "workload": "w", "status": "ok"}
+    )
+
+
+def test_a_rehearsed_speculative_server_fills_the_speculative_table(tmp_path: Path, tiny_model: Path) -> None:
+    """The stand-ins speculate as the knobs say; the report's table reads their counters through each YAML."""
+    for name, knobs in SPECULATIVE.items():
+        _rehearse_one(name, knobs, tiny_model, tmp_path / "cells" / f"{name}-spec__w")
+    table = speculative_table(tmp_path).set_index("server")
+    # Planted (REHEARSAL_DRAFT_ACCEPTANCE): half the drafts accepted, each step whole.
+    assert table["draft acceptance %"].to_dict() == {"vllm-spec": 50.0, "sglang-spec": 50.0, "trtllm-spec": 50.0}
+    per_step = table["accepted per step"]
+    assert (per_step["vllm-spec"], per_step["sglang-spec"]) == (1.0, 2.0)  # 2 drafts a step, then SGLang's 4
+    assert pd.isna(per_step["trtllm-spec"])  # /prometheus/metrics counts no verification steps
+    # 4 requests of 24 tokens after the first: 12 steps of 2 drafts, or 8 of 4.
+    drafted = {"vllm-spec": 4 * 12 * 2, "sglang-spec": 4 * 8 * 4, "trtllm-spec": 4 * 8 * 4}
+    assert table["draft tokens"].to_dict() == drafted
 
 
 def _class_name(stem: str) -> str:

@@ -58,6 +58,9 @@ REHEARSAL_ITL_MS = 2.0
 # With a reasoning_parser set, chat answers open with this many thinking tokens in the
 # framework's reasoning field, so the rehearsal exercises the phase parsing too.
 REHEARSAL_REASONING_TOKENS = 8
+# With a speculative method set, each decode step accepts this share of its drafts (planted,
+# bakeoff.ref.speculation), so the report's speculative table fills from the stand-in's counters.
+REHEARSAL_DRAFT_ACCEPTANCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -170,15 +173,24 @@ def _container(ctx: LaunchContext) -> Started:
 
 
 def rehearsal_argv(
-    profile: str, *, port: int, served_name: str, prefix_caching: bool = True, reasoning: bool = False
+    profile: str,
+    *,
+    port: int,
+    served_name: str,
+    prefix_caching: bool = True,
+    reasoning: bool = False,
+    draft_tokens: int = 0,
 ) -> list[str]:
     """The reference server in one framework's profile, at the rehearsal's pace.
 
-    Of the knobs, only ``prefix_caching`` (hits or none) and ``reasoning_parser`` (thinking in
-    its own field or not) change what the wire shows, so the stand-in honours those; every
-    other knob is rendered into the recorded command only.
+    Of the knobs, only ``prefix_caching`` (hits or none), ``reasoning_parser`` (thinking in
+    its own field or not) and ``speculative`` (``draft_tokens`` a step, several tokens a
+    chunk, the framework's draft counters) change what the wire shows, so the stand-in
+    honours those; every other knob is rendered into the recorded command only.
     """
-    thinking = ["--reasoning-tokens", str(REHEARSAL_REASONING_TOKENS)] if reasoning else []
+    extra = ["--reasoning-tokens", str(REHEARSAL_REASONING_TOKENS)] if reasoning else []
+    if draft_tokens:
+        extra += ["--spec-tokens", str(draft_tokens), "--spec-accept", str(REHEARSAL_DRAFT_ACCEPTANCE)]
     return [
         sys.executable, "-m", "bakeoff.ref.server",
         "--profile", profile,
@@ -187,8 +199,18 @@ def rehearsal_argv(
         "--ttft-ms", str(REHEARSAL_TTFT_MS),
         "--itl-ms", str(REHEARSAL_ITL_MS),
         "--prefix-cache" if prefix_caching else "--no-prefix-cache",
-        *thinking,
+        *extra,
     ]  # fmt: skip
+
+
+def rehearsal_draft_tokens(launch: RenderedLaunch) -> int:
+    """Draft tokens a step the stand-in proposes: the server's ``num_speculative_tokens`` when it
+    speculates, else 0."""
+    knobs = launch.effective_knobs
+    if knobs.get("speculative") in (None, "none"):
+        return 0
+    count = knobs.get("num_speculative_tokens")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def rehearsed_container_command(
@@ -248,6 +270,7 @@ def _rehearsal(ctx: LaunchContext) -> Started:
         served_name=ctx.served_name,
         prefix_caching=prefix_caching,
         reasoning=reasoning,
+        draft_tokens=rehearsal_draft_tokens(launch),
     )
     stand_in = RenderedLaunch(backend, argv, {}, None, launch.knobs, launch.non_default)
     with run_local_process(
