@@ -164,6 +164,17 @@ def test_several_tokens_per_chunk(ref_url: str) -> None:
     assert tpot_ms(record) == pytest.approx(15 * ITL_MS / 60, rel=0.03)
 
 
+@pytest.mark.precision
+def test_speculative_steps_keep_the_step_time(ref_url: str) -> None:
+    # 4 drafts a step, half accepted: the prefill's token, then 8 steps of 3 tokens, one step time apart.
+    record = one(settings(ref_url, {"spec_tokens": 4, "spec_accept": 0.5}), max_tokens=25)
+    assert record.ok
+    assert record.chunk_tokens == [1] + [3] * 8 and record.completion_tokens == 25
+    assert ttft_ms(record) == pytest.approx(TTFT_MS, abs=5.0)
+    assert median(list(itl_ms(record))) == pytest.approx(ITL_MS, abs=1.0)
+    assert median(list(itl_per_token_ms(record))) == pytest.approx(ITL_MS / 3, abs=0.5)
+
+
 def test_uneven_last_chunk_gets_its_share(ref_url: str) -> None:
     record = one(settings(ref_url, {"tokens_per_chunk": 4, "itl_ms": 2.0}), max_tokens=10)
     assert record.ok and record.chunk_tokens == [4, 4, 2]

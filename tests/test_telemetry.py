@@ -186,3 +186,22 @@ def test_speculative_acceptance_from_the_servers_counters(backend_name: str) -> 
     # Speculation off: the counters stand still, so there is nothing to report.
     assert speculative_from_counters(before, before, backend) is None
     assert speculative_from_counters({}, {}, backend) is None
+
+
+def test_sglang_acceptance_from_its_verify_calls_and_token_counters() -> None:
+    backend = load_backend("sglang")
+    before = {"sglang:generation_tokens_total": 10.0, "sglang:num_requests_total": 1.0}
+    # The verify-call counter appears with the first step (absent before, from a scrape that answered).
+    after = {"sglang:generation_tokens_total": 60.0, "sglang:num_requests_total": 3.0}
+    after["sglang:spec_verify_calls_total"] = 16.0
+    # 50 tokens of 2 requests: 2 from their prefills, 16 the steps' own, so 32 accepted of 16 x 4 proposed.
+    assert speculative_from_counters(before, after, backend, draft_len=4) == {
+        "draft_tokens": 64.0,
+        "accepted_tokens": 32.0,
+        "drafts": 16.0,
+        "acceptance_rate": 0.5,
+        "accepted_per_step": 2.0,
+    }
+    assert speculative_from_counters({}, after, backend, draft_len=4) is None  # a failed scrape is not a zero
+    # Without the server's num_speculative_tokens nothing says how many drafts were proposed.
+    assert speculative_from_counters(before, after, backend) is None
