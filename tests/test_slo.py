@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.measure.slo import SLO_PRESETS, Slo, resolve_slo, run_meets_slo, search_max_rate
+from bakeoff.measure.slo import SLO_PRESETS, Slo, resolve_slo, run_meets_slo, search_max_rate, slo_miss
 from bakeoff.results.summary import Latency, Requests, RunSummary, Stat, Throughput, Tokens
 from bakeoff.workloads.kinds import OpenLoop
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
@@ -32,6 +32,20 @@ def test_run_verdict_uses_p99_and_failures() -> None:
     assert run_meets_slo(fake_summary(100, 101), slo) is False
     assert run_meets_slo(fake_summary(100, 50, failed=1), slo) is False
     assert run_meets_slo(fake_summary(100, 50), Slo()) is None
+
+
+def test_the_slo_miss_is_the_worst_median_against_its_bound() -> None:
+    summary = fake_summary(20000, 300)
+    summary.latency.ttft_ms.p50, summary.latency.tpot_ms.p50 = 13_800.0, 150.0
+    miss = slo_miss(summary, Slo(ttft_ms=2000, tpot_ms=100))
+    assert miss is not None and miss.metric == "TTFT" and miss.factor == pytest.approx(6.9)
+    assert miss.text() == "SLO missed by 6.9x (TTFT P50 13.8 s vs 2 s)"  # the median, not the P99 of 20 s
+    # A model that does not reason: its TTFA bound is read against TTFT.
+    ttfa = slo_miss(summary, Slo(ttfa_ms=1000, tpot_ms=100))
+    assert ttfa is not None and ttfa.metric == "TTFA" and ttfa.factor == pytest.approx(13.8)
+    tpot = slo_miss(summary, Slo(ttft_ms=20_000, tpot_ms=100))
+    assert tpot is not None and tpot.metric == "TPOT" and tpot.text().startswith("SLO missed by 1.5x")
+    assert slo_miss(summary, Slo()) is None
 
 
 def test_search_converges_on_the_knee() -> None:

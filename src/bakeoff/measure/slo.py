@@ -5,13 +5,17 @@ A run meets an SLO when its P99 TTFT, P99 TPOT and P99 E2E are within every boun
 the time to the first *answer* token, after the thinking (TTFT there is the first thinking
 token); on a model that does not reason TTFA is TTFT. The search re-times one fixed request
 set to new arrival rates, so every rate and every backend still sees the same requests.
+
+Where a run met no bound at all, :func:`slo_miss` says how far it was: the largest ratio of a
+bounded metric's median to its bound (``bakeoff tune`` ranks and compares by it when nothing
+met the SLO).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -51,6 +55,9 @@ def resolve_slo(slo: Slo) -> Slo:
     return slo.model_copy(update={"ttft_ms": slo.ttft_ms or ttft, "tpot_ms": slo.tpot_ms or tpot})
 
 
+SLO_METRICS = ("TTFT", "TTFA", "TPOT", "E2E")  # what each entry of slo_pairs measures, in its order
+
+
 def slo_pairs(summary: RunSummary, slo: Slo) -> tuple[tuple[Stat, float | None], ...]:
     """Each metric the SLO can bound, with its bound in this run (None: unbounded)."""
     latency = summary.latency
@@ -72,6 +79,44 @@ def run_meets_slo(summary: RunSummary, slo: Slo) -> bool | None:
     if summary.requests.ok == 0 or summary.requests.failed > 0:
         return False
     return all(bound is None or (stat.p99 is not None and stat.p99 <= bound) for stat, bound in bounds)
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:.3g} s" if value >= 1000 else f"{value:.3g} ms"
+
+
+@dataclass(frozen=True)
+class SloMiss:
+    """How far a run's median was from the SLO: ``factor`` is P50 / bound of its worst bounded metric."""
+
+    factor: float
+    metric: str  # TTFT, TTFA, TPOT or E2E
+    p50_ms: float
+    bound_ms: float
+
+    def text(self) -> str:
+        """``SLO missed by 6.9x (TTFT P50 13.9 s vs 2 s)``, or how close a median within the SLO came."""
+        where = f"{self.metric} P50 {_ms(self.p50_ms)} vs {_ms(self.bound_ms)}"
+        if self.factor > 1:
+            factor = f"{self.factor:.1f}" if self.factor < 10 else f"{self.factor:,.0f}"
+            return f"SLO missed by {factor}x ({where})"
+        return f"median within the SLO ({where})"
+
+
+def slo_miss(summary: RunSummary, slo: Slo) -> SloMiss | None:
+    """The largest P50 / bound over the metrics the SLO bounds (None: it bounds none, or nothing was measured).
+
+    The median, not the P99 the SLO is judged on: where goodput is 0 the typical request missed,
+    and its median says by how much; it moves smoothly with the knobs (a signal a search can
+    follow) and is set by half the requests, not by the slowest one or two of a short run (at
+    tens of requests a run the P99 is about the maximum).
+    """
+    found = [
+        SloMiss(stat.p50 / bound, name, stat.p50, bound)
+        for name, (stat, bound) in zip(SLO_METRICS, slo_pairs(summary, slo), strict=True)
+        if bound is not None and stat.p50 is not None
+    ]
+    return max(found, key=lambda m: m.factor, default=None)
 
 
 def search_max_rate(
