@@ -7,6 +7,13 @@ wants one of four answers: ``win``, ``loss``, ``equivalent`` or ``undecided``, w
 from: the campaign verdict's test (:func:`bakeoff.analysis.significance.decide`: Welch's t on
 log values, an equivalence margin of ``min_effect``). The tune's repeats run back to back per
 round, not paired by slot, so the test is unpaired.
+
+Goodput is 0 for a run where no request met the SLO, and a ratio of zeros is no ratio (the
+test works on logs). :func:`compare_goodput` therefore compares goodput wherever a repeat of
+either side has requests within the SLO, and where every repeat of both sides has none, the
+SLO miss factor instead (the largest median-to-bound ratio, :func:`bakeoff.measure.slo.slo_miss`;
+lower is better), saying so in its sentence. One side at 0 against the other above it stays a
+goodput question: ``undecided``, with what each side did, never a ratio or a win on zeros.
 """
 
 from __future__ import annotations
@@ -17,6 +24,11 @@ from typing import Literal
 
 from bakeoff.analysis.significance import MIN_EFFECT, Outcome, decide, mean_interval
 
+Basis = Literal["figure", "slo_miss"]
+NO_SLO_MET = (
+    "no configuration met the SLO at this load: compared by how far each missed it (median TTFT/TPOT against the bound)"
+)
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -25,6 +37,7 @@ class Comparison:
     outcome: Outcome
     ratio: float | None
     text: str
+    basis: Basis = "figure"  # slo_miss: the ratio is of SLO miss factors (lower is better)
 
     @property
     def change(self) -> float | None:
@@ -41,6 +54,28 @@ def compare(
     """``a`` against ``b`` over their repeats (one figure per repeat)."""
     found = decide(list(a), list(b), better, min_effect=min_effect)
     return Comparison(found.outcome, found.ratio, found.text())
+
+
+def compare_goodput(
+    a: Sequence[float],
+    b: Sequence[float],
+    a_miss: Sequence[float],
+    b_miss: Sequence[float],
+    *,
+    min_effect: float = MIN_EFFECT,
+) -> Comparison:
+    """Goodput ``a`` against ``b`` (one figure per repeat), or their SLO misses where neither met the SLO once."""
+    if a and b and all(v <= 0 for v in (*a, *b)) and a_miss and b_miss:
+        found = decide(list(a_miss), list(b_miss), "lower", min_effect=min_effect)
+        return Comparison(found.outcome, found.ratio, f"{NO_SLO_MET}: {found.text(unit='SLO miss')}", "slo_miss")
+    if any(v <= 0 for v in (*a, *b)):  # some repeats without a request in the SLO: no ratio to test
+        within = f"requests within the SLO in {_share(a)} repeats against {_share(b)}"
+        return Comparison("undecided", None, f"undecided: {within}; a goodput of 0 has no ratio to test")
+    return compare(a, b, min_effect=min_effect)
+
+
+def _share(values: Sequence[float]) -> str:
+    return f"{sum(1 for v in values if v > 0)} of {len(values)}"
 
 
 def interval(values: Sequence[float]) -> tuple[float, float] | None:
