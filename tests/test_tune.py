@@ -20,9 +20,11 @@ import optuna
 import pytest
 import yaml
 
+from bakeoff.analysis.tune_compare import NO_SLO_MET, compare_goodput
 from bakeoff.campaign import tune as tuning
 from bakeoff.campaign.specs import load_campaign
-from bakeoff.campaign.tune import STUDY_FILE, resolve_groups, tune_campaign
+from bakeoff.campaign.tune import STUDY_FILE, Candidate, cross_verdict, pick, resolve_groups, tune_campaign
+from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
 from bakeoff.report.tune_report import NOT_JUDGED
 from bakeoff.results.layout import REHEARSAL_BANNER, REHEARSAL_TAG
@@ -33,6 +35,7 @@ from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = 4
+KNOBS = ["max_num_seqs", "max_num_batched_tokens"]
 QUALITY = [
     {"id": "capital", "kind": "exact", "prompt": "Capital of France?", "answer": "Paris is it", "max_tokens": 8},
     {"id": "colour", "kind": "exact", "prompt": "Colour of the sky?", "answer": "the sky is blue", "max_tokens": 8},
@@ -69,7 +72,7 @@ tune:
 """
 
 
-def campaign_yaml(model: Path, quality: Path, tune: dict[str, Any]) -> str:
+def campaign_yaml(model: Path, quality: Path, tune: dict[str, Any], slo: dict[str, float] | None = None) -> str:
     raw = {
         "name": "planted",
         "model": {"path": str(model), "served_name": "m"},
@@ -78,7 +81,7 @@ def campaign_yaml(model: Path, quality: Path, tune: dict[str, Any]) -> str:
             {"kind": "concurrency", "name": "chat", "levels": [CONCURRENCY], "requests_per_level": 3 * CONCURRENCY,
              "warmup_requests": 0, "input_len": 96, "output_len": 10}
         ],
-        "slo": {"ttft_ms": 2000},
+        "slo": slo or {"ttft_ms": 2000},
         "measure_warm_restart": False,
         "repeats": 1,
         "quality": {"prompts": str(quality), "concurrency": 2},
@@ -98,9 +101,9 @@ def planted(tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -
     yield tmp_path
 
 
-def write_campaign(root: Path, model: Path, **tune: Any) -> Path:
+def write_campaign(root: Path, model: Path, slo: dict[str, float] | None = None, **tune: Any) -> Path:
     path = root / "c.yaml"
-    path.write_text(campaign_yaml(model, root / "q.jsonl", tune))
+    path.write_text(campaign_yaml(model, root / "q.jsonl", tune, slo))
     return path
 
 
@@ -143,6 +146,89 @@ def test_the_tuner_finds_the_planted_optimum_and_rejects_the_broken_region(plant
         assert (planted / "out" / name).stat().st_size > 0
     best = load_campaign(planted / "out" / "best" / "ref.yaml")
     assert best.servers[0].knobs == chosen["knobs"] and best.tune is None
+
+
+def test_where_no_trial_meets_the_slo_the_search_follows_the_miss_and_says_so(planted: Path, tiny_model: Path) -> None:
+    # Bounds no configuration meets (the planted TTFT alone is 5 ms, a decode gap 3 ms): goodput is
+    # 0 everywhere. The miss (worst median against its bound) is smallest where the goodput optimum
+    # is: slots for the whole concurrency (else TTFT queues), a budget inside the range (small:
+    # many prefill steps; large: slow decode steps).
+    unreachable = {"ttft_ms": 2, "tpot_ms": 1}
+    path = write_campaign(
+        planted, tiny_model, unreachable, trials=5, finalists=1, repeats=2, seed=3, prune=False, only=KNOBS
+    )
+    raw = yaml.safe_load(path.read_text())
+    del raw["quality"]  # no trial is rejected here: the quality set would only cost time
+    path.write_text(yaml.safe_dump(raw))
+    report = tune_campaign(path, out_dir=planted / "out")
+    result = read_json(planted / "out" / "tune.json")
+    (group,) = result["groups"]
+    done = [t for t in group["trials"] if t["state"] == "complete"]
+    assert len(done) == 5 and all(t["figures"]["figure"] == 0 and t["figures"]["slo_miss"] > 1 for t in done)
+    # The search was told the miss, not a row of zeros: below any goodput, higher the smaller the miss.
+    by_value = sorted(done, key=lambda t: t["values"][0], reverse=True)
+    assert all(-1 < t["values"][0] < 0 for t in done)
+    assert [t["figures"]["slo_miss"] for t in by_value] == sorted(t["figures"]["slo_miss"] for t in done)
+    # The finalist is the closest trial, and it is in the planted optimum's neighbourhood.
+    assert [c["trial"] for c in group["finalists"]] == [by_value[0]["number"]]
+    chosen = group["chosen"]
+    assert chosen["trial"] is not None, group["vs_untuned"]
+    assert chosen["knobs"]["max_num_seqs"] >= CONCURRENCY - 1, group["finalists"]
+    # Five trials place the budget less closely than the goodput search's ten: away from both ends of 2..1024.
+    assert 8 <= chosen["knobs"]["max_num_batched_tokens"] <= 512, group["finalists"]
+    # The pick was decided on the miss (the untuned start queues behind one slot), and says so.
+    vs = group["vs_untuned"]
+    assert vs["basis"] == "slo_miss" and vs["outcome"] == "win" and vs["change"] < 0
+    assert vs["text"].startswith(NO_SLO_MET)
+    assert group["nothing_met"]["trial"] == by_value[0]["number"]
+    text = report.read_text()
+    head = text.split("## Verdicts")[0]
+    assert "No configuration met the SLO at this load" in head and "`tune.load:`" in head
+    assert f"closest in ref: trial {by_value[0]['number']}" in head
+    assert "| no: SLO missed by " in text  # the trial table's SLO column
+    header, first = (planted / "out" / "trials.csv").read_text().splitlines()[:2]
+    assert "slo_miss" in header.split(",") and "SLO missed by" in first  # the untuned start's row
+
+
+def test_goodput_zeros_compare_by_the_slo_miss_on_both_sides_and_decide_nothing_on_one() -> None:
+    # Both sides never met the SLO: the miss decides (lower is better), and the sentence says so.
+    both = compare_goodput([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [2.0, 2.1, 1.9], [6.8, 7.0, 7.2])
+    assert both.basis == "slo_miss" and both.outcome == "win" and both.ratio is not None and both.ratio < 0.5
+    assert both.text.startswith(NO_SLO_MET)
+    assert compare_goodput([0.0] * 3, [0.0] * 3, [7.0, 7.1, 6.9], [2.0, 2.1, 1.9]).outcome == "loss"
+    # One side had requests within the SLO, the other none: a goodput question with no ratio, never a win on 0.
+    one = compare_goodput([1.2, 1.3, 1.1], [0.0, 0.0, 0.0], [0.9, 0.9, 0.8], [7.0, 7.1, 6.9])
+    assert one.basis == "figure" and one.outcome == "undecided" and one.ratio is None
+    assert "3 of 3 repeats against 0 of 3" in one.text
+    assert compare_goodput([0.0, 0.5], [0.4, 0.5], [1.1, 0.9], [0.9, 0.9]).outcome == "undecided"
+    # Goodput on both sides: the usual test.
+    assert compare_goodput([2.0, 2.1, 2.0], [1.0, 1.1, 1.0], [], []).outcome == "win"
+
+
+def test_the_pick_and_the_verdicts_fall_back_to_the_miss_where_nothing_met_the_slo() -> None:
+    tune = TuneSpec(finalists=2, repeats=3)
+
+    def zero(label: str, trial: int | None, misses: list[float]) -> Candidate:
+        return Candidate(label, {"max_num_seqs": trial or 1}, trial, values=[0.0] * 3, misses=misses)
+
+    untuned = zero("a", None, [7.0, 7.2, 6.9])
+    near, far = zero("a-near", 1, [2.0, 2.1, 1.9]), zero("a-far", 2, [4.0, 4.2, 3.9])
+    chosen = pick("a", untuned, [far, near], tune)  # listed worst first: the ranking must see the miss
+    assert chosen.chosen is near and chosen.finalists[0] is near
+    assert chosen.vs_untuned is not None and chosen.vs_untuned.basis == "slo_miss"
+    assert chosen.vs_untuned.outcome == "win" and chosen.vs_untuned.text.startswith(NO_SLO_MET)
+    assert chosen.vs_runner_up is not None and chosen.vs_runner_up.basis == "slo_miss"
+    other = pick("b", zero("b", None, [5.0, 5.1, 4.9]), [], tune)
+    verdict = cross_verdict([other, chosen], tuned=True, min_effect=tune.min_effect)
+    assert verdict["best"] == "a" and verdict["miss"] == pytest.approx(2.0)
+    (against,) = verdict["against"]
+    assert against["basis"] == "slo_miss" and against["outcome"] == "win" and NO_SLO_MET in against["text"]
+    assert cross_verdict([other, chosen], tuned=False, min_effect=tune.min_effect)["best"] == "b"
+    # One group met the SLO, the other never did: ranked first on goodput, and no win claimed on a ratio of 0.
+    met = Candidate("c", {}, None, values=[1.0, 1.1, 0.9], misses=[0.8, 0.8, 0.9])
+    mixed = cross_verdict([chosen, pick("c", met, [], tune)], tuned=True, min_effect=tune.min_effect)
+    assert mixed["best"] == "c" and mixed["against"][0]["outcome"] == "undecided"
+    assert mixed["against"][0]["basis"] == "figure"
 
 
 def test_an_interrupted_tune_resumes_without_measuring_finished_trials_again(

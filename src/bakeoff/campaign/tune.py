@@ -9,6 +9,13 @@ start. For each group an Optuna study (TPE, seeded) searches the backend's knob 
 - ``max_load``: the highest load of the workload's sweep met within the SLO;
 - ``pareto``: output tok/s per GPU against tok/s per user (1000 / TPOT P50), two objectives.
 
+A trial with nothing to show on the first two (goodput 0: no request within the SLO; no load
+met) is still ranked, by how close it came: its *SLO miss* (the largest median-to-bound ratio
+of the bounded metrics, :func:`bakeoff.measure.slo.slo_miss`; for ``max_load`` the lowest over
+the sweep's loads) is told to Optuna as ``-miss / (1 + miss)``, between -1 and 0: below every
+trial that met something, above every failed, skipped or rejected one (-1), and higher the
+smaller the miss, so a search where no configuration meets the SLO still moves toward one.
+
 Every trial is a real cell of the tune's own campaign folder (``reports/NAME-tune``): a
 server entry ``GROUP-<digest of its knobs>`` appended to that folder's ``campaign.yaml`` and
 measured by :func:`bakeoff.campaign.execute.run_cell` (in this process, no notebook per
@@ -32,7 +39,8 @@ Then the noise-aware part: the best ``finalists`` of each group and its untuned 
 measured ``repeats`` times (repeat ``r`` of all of them, then ``r + 1``), the pick is the best
 finalist only where it *wins* against the untuned start by the comparison test
 (:mod:`bakeoff.analysis.tune_compare`), and the picks of the groups are compared with the same
-test, beside the comparison of the untuned starts. The report is
+test, beside the comparison of the untuned starts. Where every repeat of both sides has
+goodput 0, the test compares their SLO misses instead (lower is better), and says so. The report is
 :mod:`bakeoff.report.tune_report`.
 
 ``rehearse``: a GPU campaign's tune run end to end on the reference-server stand-ins of a
@@ -65,7 +73,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from pydantic import ValidationError
 
-from bakeoff.analysis.tune_compare import Comparison, compare
+from bakeoff.analysis.tune_compare import Comparison, compare, compare_goodput
 from bakeoff.analysis.verdict import meets
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
@@ -75,7 +83,7 @@ from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
-from bakeoff.measure.slo import Slo, resolve_slo
+from bakeoff.measure.slo import Slo, resolve_slo, slo_miss
 from bakeoff.models.model_source import resolve_model
 from bakeoff.paths import reports_dir
 from bakeoff.report import tune_report
@@ -97,6 +105,7 @@ STUDY_FILE = "study.journal"
 RESULT_FILE = "tune.json"
 SOURCE_FILE = "tune-source.yaml"  # the tune's own campaign as first written (the untuned servers)
 PRUNE_PERCENTILE = 25.0  # "clearly bad": a probe in the worst quarter of the probes so far
+WORST = -1.0  # told for a failed, skipped or rejected trial: below every measured one (see missed())
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tune prints its own line per trial
 
 # Measures one cell of the tune folder: (folder, cell, run the quality set?).
@@ -330,15 +339,22 @@ def figures(cell_dir: Path, target: Target, gpus: int) -> dict[str, Any]:
     runs = [s for s in _summaries(cell_dir) if not s.interrupted]
     at = [s for s in runs if _load_of(s) == target.load]
     sustained = max((load for s in runs if (load := _load_of(s)) is not None and meets([s], target.slo)), default=0.0)
+    # max_load's fallback where no load is met: the closest any load of the sweep came.
+    misses = [m.factor for s in runs if (m := slo_miss(s, target.slo)) is not None]
+    lowest = min(misses, default=None)
     if not at:
-        return {"figure": None, "slo_met": False, "sustained": sustained}
+        return {"figure": None, "slo_met": False, "sustained": sustained, "lowest_slo_miss": lowest}
     s = at[0]
     tpot = BY_KEY["tpot_ms"].value(s, "p50")
     tok_s = BY_KEY["output_tok_s"].value(s)
+    miss = slo_miss(s, target.slo)
     return {
         "figure": BY_KEY[goodput_metric(target.slo)].value(s),
         "slo_met": meets([s], target.slo),
         "sustained": sustained,
+        "slo_miss": miss.factor if miss is not None else None,
+        "slo_miss_text": miss.text() if miss is not None else None,
+        "lowest_slo_miss": lowest,
         "output_tok_s": tok_s,
         "tok_s_per_gpu": tok_s / gpus if tok_s is not None else None,
         "tok_s_per_user": 1000.0 / tpot if tpot else None,
@@ -347,13 +363,31 @@ def figures(cell_dir: Path, target: Target, gpus: int) -> dict[str, Any]:
     }
 
 
+def missed(miss: float | None) -> float:
+    """A trial that met nothing, ranked by its SLO miss: in (-1, 0), higher the smaller the miss.
+
+    Below every positive goodput or load, above :data:`WORST`; no miss to rank by (nothing
+    measured at the load) is the worst.
+    """
+    return WORST if miss is None else -miss / (1.0 + miss)
+
+
+def ranked_goodput(found: dict[str, Any]) -> float:
+    """Goodput at the load where a request met the SLO, else the trial's SLO miss (:func:`missed`)."""
+    figure = found.get("figure")
+    if figure is None:
+        return WORST
+    return float(figure) if figure > 0 else missed(found.get("slo_miss"))
+
+
 def objective(found: dict[str, Any], target: Target) -> list[float]:
     """The value(s) told to Optuna: higher is better for every objective."""
     if target.spec.objective == "pareto":
         return [found.get("tok_s_per_gpu") or 0.0, found.get("tok_s_per_user") or 0.0]
     if target.spec.objective == "max_load":
-        return [float(found.get("sustained") or 0.0)]
-    return [float(found.get("figure") or 0.0)]
+        sustained = float(found.get("sustained") or 0.0)
+        return [sustained if sustained > 0 else missed(found.get("lowest_slo_miss"))]
+    return [ranked_goodput(found)]
 
 
 def _gpus(knobs: dict[str, KnobValue], backend: BackendSpec) -> int:
@@ -432,7 +466,7 @@ def _run_trial(
     label = trial_label(group.label, knobs)
     trial.set_user_attr("label", label)
     trial.set_user_attr("knobs", knobs)
-    worst = [0.0] * len(study.directions)
+    worst = [WORST] * len(study.directions)
 
     def finish(state: str, note: str, values: list[float] | None = None, **attrs: Any) -> None:
         for key, value in {"state": state, "note": note, **attrs}.items():
@@ -455,9 +489,9 @@ def _run_trial(
         gpus = _gpus(knobs, group.backend)
         if tune.prune and tune.objective != "pareto":
             probe = figures(measure(out, label, target.probe, check_quality=False, runner=target.runner), target, gpus)
-            trial.report(float(probe["figure"] or 0.0), 0)  # goodput at the load, whatever the objective
+            trial.report(ranked_goodput(probe), 0)  # goodput at the load (or its miss), whatever the objective
             if trial.should_prune():
-                finish("pruned", f"probe {probe['figure'] or 0:.3g} in the worst quarter", figures=probe)
+                finish("pruned", f"probe {_outcome(probe)} in the worst quarter", figures=probe)
                 return
         cell_dir = measure(out, label, target.workload, runner=target.runner)
     except (LaunchError, ServerDiedError, SpecError) as exc:
@@ -471,8 +505,17 @@ def _run_trial(
         finish("rejected", "failed the quality gate", figures=found, quality=why)
         return
     value = objective(found, target)
-    slo = "SLO met" if found["slo_met"] else "SLO missed"
-    finish("complete", f"{value[0]:.4g} ({slo})", value, figures=found, quality=why)
+    finish("complete", _outcome(found), value, figures=found, quality=why, slo_miss=found.get("slo_miss"))
+
+
+def _outcome(found: dict[str, Any]) -> str:
+    """A trial's line: its figure and whether the SLO held, or by how much no request met it."""
+    figure = found.get("figure")
+    if figure is None:
+        return "no run at the load"
+    if figure <= 0 and found.get("slo_miss_text"):
+        return f"0, {found['slo_miss_text']}"
+    return f"{figure:.4g} ({'SLO met' if found['slo_met'] else 'SLO missed'})"
 
 
 # --- finalists, picks, verdicts ------------------------------------------------------------------
@@ -487,9 +530,14 @@ class Candidate:
     trial: int | None  # None: the untuned start
     values: list[float] = field(default_factory=list)  # the primary figure, one per repeat
     sustained: float = 0.0  # max_load: the highest load met in every repeat
+    misses: list[float] = field(default_factory=list)  # the SLO miss at the load, one per repeat
 
     def mean(self) -> float:
         return sum(self.values) / len(self.values) if self.values else 0.0
+
+    def miss(self) -> float:
+        """The mean SLO miss over the repeats (infinite: none measured)."""
+        return sum(self.misses) / len(self.misses) if self.misses else math.inf
 
 
 def primary(found: dict[str, Any], target: Target) -> float | None:
@@ -522,10 +570,19 @@ def remeasure(out: Path, target: Target, candidates: list[Candidate], gpus: dict
         found = [figures(d, target, gpus[c.label]) for d in cells]
         c.values = [v for f in found if (v := primary(f, target)) is not None]
         c.sustained = min((float(f.get("sustained") or 0.0) for f in found), default=0.0)
+        c.misses = [float(m) for f in found if (m := f.get("slo_miss")) is not None]
 
 
-def _rank_key(c: Candidate, objective: str) -> tuple[float, float]:
-    return (c.sustained, c.mean()) if objective == "max_load" else (c.mean(), 0.0)
+def _rank_key(c: Candidate, objective: str) -> tuple[float, float, float]:
+    """Best first when sorted descending: the load met (max_load), the figure, then the smaller SLO miss."""
+    return (c.sustained if objective == "max_load" else 0.0, c.mean(), -c.miss())
+
+
+def versus(a: Candidate, b: Candidate, objective: str, min_effect: float) -> Comparison:
+    """``a`` against ``b`` by the comparison test: on goodput, or on the SLO miss where neither met it once."""
+    if objective == "pareto":  # throughput per GPU: no SLO in it
+        return compare(a.values, b.values, min_effect=min_effect)
+    return compare_goodput(a.values, b.values, a.misses, b.misses, min_effect=min_effect)
 
 
 @dataclass
@@ -544,25 +601,28 @@ def pick(group: str, untuned: Candidate, found: list[Candidate], tune: TuneSpec)
     if not ranked:
         return Pick(group, untuned, [], untuned, None, None)
     best = ranked[0]
-    vs_untuned = compare(best.values, untuned.values, min_effect=tune.min_effect)
-    runner = compare(best.values, ranked[1].values, min_effect=tune.min_effect) if len(ranked) > 1 else None
+    vs_untuned = versus(best, untuned, tune.objective, tune.min_effect)
+    runner = versus(best, ranked[1], tune.objective, tune.min_effect) if len(ranked) > 1 else None
     higher_load = tune.objective == "max_load" and best.sustained > untuned.sustained
     chosen = best if vs_untuned.outcome == "win" or higher_load else untuned
     return Pick(group, untuned, ranked, chosen, vs_untuned, runner)
 
 
-def cross_verdict(picks: list[Pick], *, tuned: bool, min_effect: float) -> dict[str, Any]:
+def cross_verdict(picks: list[Pick], *, tuned: bool, min_effect: float, objective: str = "goodput") -> dict[str, Any]:
     """The groups' picks (or untuned starts) against the best of them, with the comparison test."""
     chosen = [(p.group, p.chosen if tuned else p.untuned) for p in picks]
-    chosen.sort(key=lambda gc: gc[1].mean(), reverse=True)
+    chosen.sort(key=lambda gc: _rank_key(gc[1], "goodput"), reverse=True)  # the figure, then the smaller miss
     if not chosen:
         return {"best": None, "against": []}
     best_group, best = chosen[0]
     against = []
     for group, c in chosen[1:]:
-        found = compare(best.values, c.values, min_effect=min_effect)
-        against.append({"group": group, "outcome": found.outcome, "change": found.change, "text": found.text})
-    return {"best": best_group, "mean": best.mean(), "against": against}
+        found = versus(best, c, objective, min_effect)
+        against.append(
+            {"group": group, "outcome": found.outcome, "change": found.change, "text": found.text,
+             "basis": found.basis}
+        )  # fmt: skip
+    return {"best": best_group, "mean": best.mean(), "miss": best.miss() if best.misses else None, "against": against}
 
 
 # --- end to end -------------------------------------------------------------------------------------
@@ -705,13 +765,40 @@ def _trial_rows(group: Group, study: optuna.Study) -> list[dict[str, Any]]:
     return rows
 
 
+def _nothing_met(rows: list[dict[str, Any]], p: Pick, target: Target) -> dict[str, Any] | None:
+    """Where no trial, finalist repeat or untuned start of a group met the SLO: the one that came closest.
+
+    None where something met it (goodput above 0, or a load met for max_load), or where the
+    objective reads no SLO (pareto, or an SLO that bounds nothing).
+    """
+    tune = target.spec
+    if tune.objective == "pareto" or goodput_metric(target.slo) != "goodput_req_s":
+        return None
+    candidates = [p.untuned, *p.finalists]
+    key = "sustained" if tune.objective == "max_load" else "figure"
+    if any((r["figures"].get(key) or 0) > 0 for r in rows) or any(
+        c.sustained > 0 if tune.objective == "max_load" else any(v > 0 for v in c.values) for c in candidates
+    ):
+        return None
+    miss_key = "lowest_slo_miss" if tune.objective == "max_load" else "slo_miss"
+    ranked = [r for r in rows if r["state"] in ("untuned", "complete") and r["figures"].get(miss_key) is not None]
+    if not ranked:
+        return {"trial": None, "label": None, "knobs": {}, "miss": None, "text": "nothing measured at the load"}
+    best = min(ranked, key=lambda r: r["figures"][miss_key])
+    factor = best["figures"][miss_key]
+    closest = f"SLO missed by {factor:.1f}x at its closest load"
+    text = best["figures"]["slo_miss_text"] if miss_key == "slo_miss" else closest
+    return {"trial": best["number"], "label": best["label"], "knobs": best["knobs"],
+            "miss": factor, "text": text}  # fmt: skip
+
+
 def _candidate_json(c: Candidate) -> dict[str, Any]:
     return {"label": c.label, "knobs": c.knobs, "trial": c.trial, "values": c.values, "mean": c.mean(),
-            "sustained": c.sustained}  # fmt: skip
+            "sustained": c.sustained, "misses": c.misses}  # fmt: skip
 
 
 def _comparison_json(c: Comparison | None) -> dict[str, Any] | None:
-    return None if c is None else {"outcome": c.outcome, "change": c.change, "text": c.text}
+    return None if c is None else {"outcome": c.outcome, "change": c.change, "text": c.text, "basis": c.basis}
 
 
 def _result(
@@ -725,6 +812,7 @@ def _result(
     seconds: float,
 ) -> dict[str, Any]:
     by_group = {p.group: p for p in picks}
+    rows = {g.label: [untuned[g.label], *_trial_rows(g, studies[g.label])] for g in groups}
     return {
         "campaign": spec.name,
         "objective": tune.objective,
@@ -749,7 +837,8 @@ def _result(
                 "space": {k: g.space.knobs[k].model_dump(exclude_none=True) for k in g.knobs},
                 "spent_s": round(_spent_s(studies[g.label]), 1),
                 "untuned_trial": untuned[g.label],
-                "trials": _trial_rows(g, studies[g.label]),
+                "trials": rows[g.label][1:],
+                "nothing_met": _nothing_met(rows[g.label], by_group[g.label], target),
                 "untuned": _candidate_json(by_group[g.label].untuned),
                 "finalists": [_candidate_json(c) for c in by_group[g.label].finalists],
                 "chosen": _candidate_json(by_group[g.label].chosen),
@@ -758,8 +847,8 @@ def _result(
             }
             for g in groups
         ],
-        "tuned": cross_verdict(picks, tuned=True, min_effect=tune.min_effect),
-        "as_given": cross_verdict(picks, tuned=False, min_effect=tune.min_effect),
+        "tuned": cross_verdict(picks, tuned=True, min_effect=tune.min_effect, objective=tune.objective),
+        "as_given": cross_verdict(picks, tuned=False, min_effect=tune.min_effect, objective=tune.objective),
         "rehearsal": None,
     }
 

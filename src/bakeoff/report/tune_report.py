@@ -11,7 +11,10 @@ Written from the tune's result (``tune.json``, :mod:`bakeoff.campaign.tune`) int
 - ``pareto.png``: every trial's output tok/s per GPU against tok/s per user, one colour per
   group, rejected trials crossed out, picks ringed, each group's untuned start a star.
 
-The untuned start is the first row of each group's trial table (and of ``trials.csv``). A
+Where no configuration of a group met the SLO at the load (goodput 0 in every trial), the
+report says so at its head with the fixes a serving engineer would take and the configuration
+that came closest; the trial table shows each trial's SLO miss. The untuned start is the
+first row of each group's trial table (and of ``trials.csv``). A
 rehearsal's report (``bakeoff tune --rehearse``) says REHEARSAL at its head, on every section
 and on both plots, and renders its verdicts and picks as what ran, never as a finding: the
 figures are reference-server stand-ins'.
@@ -64,11 +67,44 @@ def _verdict_lines(result: dict[str, Any], key: str, what: str) -> list[str]:
     return lines
 
 
+def _nothing_met_lines(result: dict[str, Any]) -> list[str]:
+    """The head's warning where a group met the SLO nowhere: what was compared instead, the fixes, the closest."""
+    missed = [g for g in result["groups"] if g.get("nothing_met")]
+    if not missed:
+        return []
+    where = "any group" if len(missed) == len(result["groups"]) else ", ".join(g["group"] for g in missed)
+    fix = (
+        "add lower levels to the workload's sweep, or relax the SLO (`slo:`)"
+        if result["objective"] == "max_load"
+        else f"lower the tuned load (`tune.load:`, now {result['load']:g}), relax the SLO (`slo:`), "
+        "or tune for `objective: max_load` (the highest load within the SLO)"
+    )
+    lines = [
+        f"> **No configuration met the SLO at this load** in {where}: goodput was 0 in every trial, so the "
+        "search ranked the trials, and the pick and the verdicts compared them, by how far each missed it "
+        "(the largest median TTFT/TPOT against its bound). To tune for goodput: " + fix + ".",
+    ]
+    for g in missed:
+        closest = g["nothing_met"]
+        which = "the untuned start" if closest["trial"] is None else f"trial {closest['trial']}"
+        knobs = f" ({_knobs(closest['knobs'])})" if closest["label"] else ""
+        lines.append(f"> - closest in {g['group']}: {which}{knobs}, {closest['text']}")
+    return [*lines, ""]
+
+
+def _slo_cell(f: dict[str, Any]) -> str:
+    """The trial table's SLO column: met or not, and by how much the median missed where no request met it."""
+    met = f.get("slo_met")
+    if met is False and not f.get("figure") and f.get("slo_miss_text"):
+        return f"no: {f['slo_miss_text']}"
+    return "yes" if met is True else "no" if met is False else "-"
+
+
 def _trial_row(t: dict[str, Any], searched: list[str]) -> str:
     f = t["figures"]
     value = f.get("figure")
     cells = [str(t["knobs"].get(k)) for k in searched]
-    slo = {True: "yes", False: "no"}.get(f.get("slo_met"), "-")
+    slo = _slo_cell(f)
     shown = f"{value:,.3g}" if isinstance(value, int | float) else "-"
     shown += " (probe)" if t["state"] == "pruned" else " (n=1)"
     number = "untuned" if t["number"] is None else str(t["number"])
@@ -99,6 +135,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"# {tag}Tune of {result['campaign']}", ""]
     if rehearsal:
         lines += [f"> {REHEARSAL_BANNER}", ">", f"> Campaign: `{rehearsal['source_campaign']}` (scaled down).", ""]
+    lines += _nothing_met_lines(result)
     lines += [
         f"Objective: **{result['objective']}** on workload {result['workload']} at load {result['load']:g}; "
         f"figure compared: {figure}; SLO {result['slo'] or 'none'}.",
@@ -116,11 +153,16 @@ def markdown(result: dict[str, Any]) -> str:
         untuned = g["untuned"]
         lines += ["", f"## {tag}{g['group']} ({g['backend']})", ""]
         lines.append(f"Searched (cost order): {', '.join(g['searched'])}; {g['spent_s']:,.0f} s of trials.")
+        if g.get("nothing_met"):
+            lines.append(f"No configuration met the SLO at this load; closest: {g['nothing_met']['text']}.")
         lines.append(_pick_line(g, bool(rehearsal)))
-        lines += ["", "| configuration | knobs | figure over repeats |", "|---|---|---|"]
-        lines.append(f"| untuned | {_knobs(untuned['knobs'])} | {_interval(untuned['values'])} |")
-        for c in g["finalists"]:
-            lines.append(f"| trial {c['trial']} | {_knobs(c['knobs'])} | {_interval(c['values'])} |")
+        # Where nothing met the SLO the figures are zeros: the miss over the repeats is what was compared.
+        miss = bool(g.get("nothing_met"))
+        head = "| configuration | knobs | figure over repeats |" + (" SLO miss over repeats |" if miss else "")
+        lines += ["", head, "|---|---|---|" + ("---|" if miss else "")]
+        for name, c in [("untuned", untuned), *((f"trial {c['trial']}", c) for c in g["finalists"])]:
+            misses = f" {_interval(c.get('misses', []))} |" if miss else ""
+            lines.append(f"| {name} | {_knobs(c['knobs'])} | {_interval(c['values'])} |{misses}")
         if g["vs_runner_up"] and not rehearsal:
             lines.append(f"\nBest finalist against the next: {g['vs_runner_up']['text']}")
         rejected = [t for t in g["trials"] if t["state"] == "rejected"]
@@ -144,7 +186,10 @@ def _with_untuned(g: dict[str, Any]) -> list[dict[str, Any]]:
 
 def write_csv(result: dict[str, Any], path: Path) -> None:
     knobs = sorted({k for g in result["groups"] for k in g["searched"]})
-    figures = ["figure", "slo_met", "output_tok_s", "tok_s_per_gpu", "tok_s_per_user", "ttft_ms_p99", "tpot_ms_p50"]
+    figures = [
+        "figure", "slo_met", "slo_miss", "slo_miss_text", "output_tok_s", "tok_s_per_gpu", "tok_s_per_user",
+        "ttft_ms_p99", "tpot_ms_p50",
+    ]  # fmt: skip
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["group", "trial", "label", "state", *knobs, *figures, "quality", "seconds", "note"])
@@ -178,7 +223,7 @@ def plots(result: dict[str, Any], out: Path) -> None:
             ax.axhline(start["values"][0], color=palette[g["group"]], linestyle=":", linewidth=1)
     ax.plot([], [], color="grey", linestyle=":", label="untuned start")
     ax.set_xlabel("trial")
-    ax.set_ylabel(f"objective ({result['objective']})")
+    ax.set_ylabel(f"objective ({result['objective']}; below 0: SLO missed, by how far)")
     ax.set_title(f"{tag}search trace: each trial and the running best")
     ax.legend(fontsize=8)
     fig.tight_layout()
