@@ -155,7 +155,7 @@ def test_where_no_trial_meets_the_slo_the_search_follows_the_miss_and_says_so(pl
     # many prefill steps; large: slow decode steps).
     unreachable = {"ttft_ms": 2, "tpot_ms": 1}
     path = write_campaign(
-        planted, tiny_model, unreachable, trials=5, finalists=1, repeats=2, seed=3, prune=False, only=KNOBS
+        planted, tiny_model, unreachable, trials=5, finalists=1, repeats=3, seed=3, prune=False, only=KNOBS
     )
     raw = yaml.safe_load(path.read_text())
     del raw["quality"]  # no trial is rejected here: the quality set would only cost time
@@ -176,9 +176,10 @@ def test_where_no_trial_meets_the_slo_the_search_follows_the_miss_and_says_so(pl
     assert chosen["knobs"]["max_num_seqs"] >= CONCURRENCY - 1, group["finalists"]
     # Five trials place the budget less closely than the goodput search's ten: away from both ends of 2..1024.
     assert 8 <= chosen["knobs"]["max_num_batched_tokens"] <= 512, group["finalists"]
-    # The pick was decided on the miss (the untuned start queues behind one slot), and says so.
+    # The pick was decided on the miss (the untuned start queues behind one slot), and says so. Three
+    # repeats: with two a side, one noisy repeat of the queued start (a busy host) leaves the test undecided.
     vs = group["vs_untuned"]
-    assert vs["basis"] == "slo_miss" and vs["outcome"] == "win" and vs["change"] < 0
+    assert vs["basis"] == "slo_miss" and vs["outcome"] == "win" and vs["change"] < 0, vs["text"]
     assert vs["text"].startswith(NO_SLO_MET)
     assert group["nothing_met"]["trial"] == by_value[0]["number"]
     text = report.read_text()
