@@ -191,16 +191,20 @@ def test_where_no_trial_meets_the_slo_the_search_follows_the_miss_and_says_so(pl
     assert "slo_miss" in header.split(",") and "SLO missed by" in first  # the untuned start's row
 
 
-def test_goodput_zeros_compare_by_the_slo_miss_on_both_sides_and_decide_nothing_on_one() -> None:
+def test_goodput_zeros_compare_by_the_slo_miss_on_both_sides_and_by_how_often_it_was_reached_on_one() -> None:
     # Both sides never met the SLO: the miss decides (lower is better), and the sentence says so.
     both = compare_goodput([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [2.0, 2.1, 1.9], [6.8, 7.0, 7.2])
     assert both.basis == "slo_miss" and both.outcome == "win" and both.ratio is not None and both.ratio < 0.5
     assert both.text.startswith(NO_SLO_MET)
     assert compare_goodput([0.0] * 3, [0.0] * 3, [7.0, 7.1, 6.9], [2.0, 2.1, 1.9]).outcome == "loss"
-    # One side had requests within the SLO, the other none: a goodput question with no ratio, never a win on 0.
+    # One side reached the SLO and the other did not: decided on how often (Fisher's exact test), no ratio of 0.
+    # 3 of 3 against 0 of 3 is p = 0.1, not enough; 4 of 4 against 0 of 4 is p = 0.029.
     one = compare_goodput([1.2, 1.3, 1.1], [0.0, 0.0, 0.0], [0.9, 0.9, 0.8], [7.0, 7.1, 6.9])
     assert one.basis == "figure" and one.outcome == "undecided" and one.ratio is None
-    assert "3 of 3 repeats against 0 of 3" in one.text
+    assert "3 of 3 repeats against 0 of 3" in one.text and "p = 0.1" in one.text
+    four = compare_goodput([1.2, 1.3, 1.1, 1.2], [0.0] * 4, [0.9] * 4, [7.0] * 4)
+    assert four.basis == "slo_reached" and four.outcome == "win" and four.ratio is None, four.text
+    assert compare_goodput([0.0] * 4, [1.2, 1.3, 1.1, 1.2], [7.0] * 4, [0.9] * 4).outcome == "loss"
     assert compare_goodput([0.0, 0.5], [0.4, 0.5], [1.1, 0.9], [0.9, 0.9]).outcome == "undecided"
     # Goodput on both sides: the usual test.
     assert compare_goodput([2.0, 2.1, 2.0], [1.0, 1.1, 1.0], [], []).outcome == "win"

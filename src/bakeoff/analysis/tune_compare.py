@@ -12,8 +12,11 @@ Goodput is 0 for a run where no request met the SLO, and a ratio of zeros is no 
 test works on logs). :func:`compare_goodput` therefore compares goodput wherever a repeat of
 either side has requests within the SLO, and where every repeat of both sides has none, the
 SLO miss factor instead (the largest median-to-bound ratio, :func:`bakeoff.measure.slo.slo_miss`;
-lower is better), saying so in its sentence. One side at 0 against the other above it stays a
-goodput question: ``undecided``, with what each side did, never a ratio or a win on zeros.
+lower is better), saying so in its sentence. Where some repeats reached the SLO and others did
+not, goodput has no ratio either: the question becomes how often each side reached it, asked with
+Fisher's exact test on the repeats with goodput above 0 (two-sided, at the verdict's ``ALPHA``):
+a side that met the SLO in 4 of 4 repeats against 0 of 4 wins (p = 0.03); 3 of 3 against 0 of 3
+(p = 0.1) stays ``undecided``, with what each side did. Never a ratio or a win on zeros.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from bakeoff.analysis.significance import MIN_EFFECT, Outcome, decide, mean_interval
+from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Outcome, decide, mean_interval
 
-Basis = Literal["figure", "slo_miss"]
+Basis = Literal["figure", "slo_miss", "slo_reached"]
 NO_SLO_MET = (
     "no configuration met the SLO at this load: compared by how far each missed it (median TTFT/TPOT against the bound)"
 )
@@ -37,7 +40,9 @@ class Comparison:
     outcome: Outcome
     ratio: float | None
     text: str
-    basis: Basis = "figure"  # slo_miss: the ratio is of SLO miss factors (lower is better)
+    # slo_miss: the ratio is of SLO miss factors (lower is better); slo_reached: decided on how
+    # many repeats reached the SLO at all (no ratio)
+    basis: Basis = "figure"
 
     @property
     def change(self) -> float | None:
@@ -69,9 +74,23 @@ def compare_goodput(
         found = decide(list(a_miss), list(b_miss), "lower", min_effect=min_effect)
         return Comparison(found.outcome, found.ratio, f"{NO_SLO_MET}: {found.text(unit='SLO miss')}", "slo_miss")
     if any(v <= 0 for v in (*a, *b)):  # some repeats without a request in the SLO: no ratio to test
-        within = f"requests within the SLO in {_share(a)} repeats against {_share(b)}"
-        return Comparison("undecided", None, f"undecided: {within}; a goodput of 0 has no ratio to test")
+        return _reached_more_often(a, b)
     return compare(a, b, min_effect=min_effect)
+
+
+def _reached_more_often(a: Sequence[float], b: Sequence[float]) -> Comparison:
+    """Which side reached the SLO (goodput above 0) in more of its repeats, by Fisher's exact test."""
+    # scipy.stats costs about 1.5 s to import; only a tune where some repeats met no SLO needs it.
+    from scipy.stats import fisher_exact
+
+    a_met, b_met = (sum(1 for v in side if v > 0) for side in (a, b))
+    table = [[a_met, len(a) - a_met], [b_met, len(b) - b_met]]
+    p = float(fisher_exact(table, alternative="two-sided").pvalue)
+    within = f"requests within the SLO in {_share(a)} repeats against {_share(b)} (Fisher's exact test p = {p:.2g})"
+    if p < ALPHA:
+        outcome: Outcome = "win" if a_met / len(a) > b_met / len(b) else "loss"
+        return Comparison(outcome, None, f"{outcome}: {within}", "slo_reached")
+    return Comparison("undecided", None, f"undecided: {within}; a goodput of 0 has no ratio to test")
 
 
 def _share(values: Sequence[float]) -> str:
