@@ -23,15 +23,23 @@ import pytest
 import ray
 
 import test_tune as planted
+from bakeoff.analysis.verdict import auto_repeats_note, verdicts
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign import execute as campaign
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cli.main import main
-from bakeoff.cluster.ray_runner import RETRY_REASON, TRIES, cell_options, check_ray_fields, run_cells_on_ray
+from bakeoff.cluster.ray_runner import (
+    RETRY_REASON,
+    TRIES,
+    cell_options,
+    check_ray_fields,
+    run_cells_on_ray,
+)
 from bakeoff.cluster.ray_store import ResultStore
 from bakeoff.cluster.ray_tune import tune_campaign_ray
 from bakeoff.report import cluster as report_cluster
 from bakeoff.report import tables as report
+from bakeoff.results.layout import AUTO_REPEATS
 from bakeoff.results.store import read_json, read_summary, write_json
 
 SERVED = f"ray-test-{uuid.uuid4().hex[:8]}"  # names this module's servers among everyone's
@@ -48,18 +56,17 @@ cache_reset: {{kind: none}}
 """
 
 
-def campaign_yaml(model: Path, requests: int, extra: str = "") -> str:
+def campaign_yaml(model: Path, requests: int, extra: str = "repeats: 1\n", second: str = "refproc") -> str:
     return f"""\
 name: ray-test
 model: {{path: {model}, served_name: {SERVED}}}
 servers:
   - {{backend: refproc, label: a}}
-  - {{backend: refproc, label: b}}
+  - {{backend: {second}, label: b}}
 workloads:
   - {{kind: concurrency, name: w, levels: [2], requests_per_level: {requests}, warmup_requests: 0,
       input_len: 16, output_len: 16}}
 measure_warm_restart: false
-repeats: 1
 {extra}"""
 
 
@@ -132,7 +139,7 @@ def test_a_killed_worker_fails_only_its_cell_which_is_retried_reported_and_never
     cluster: Path, tiny_model: Path
 ) -> None:
     path = cluster / "kill.yaml"
-    path.write_text(campaign_yaml(tiny_model, 24, "ray: {max_retries: 2}\n"))
+    path.write_text(campaign_yaml(tiny_model, 24, "repeats: 1\nray: {max_retries: 2}\n"))
     store = ResultStore(cluster / "shared")  # a folder every node mounts
     outcome: dict[str, Any] = {}
 
@@ -175,6 +182,35 @@ def test_a_killed_worker_fails_only_its_cell_which_is_retried_reported_and_never
     finished = {c: read_json(store.local / "cells" / c / "cell.json")["finished_at"] for c in ("a__w", "b__w")}
     assert run_cells_on_ray(ray, path, store) == []
     assert finished == {c: read_json(store.local / "cells" / c / "cell.json")["finished_at"] for c in finished}
+
+
+def test_auto_repeats_on_ray_stop_after_the_deciding_round_and_never_queue_a_later_one(
+    cluster: Path, tiny_model: Path
+) -> None:
+    # b streams twice as fast as a (a token every 10 ms against 20): decided at the first look.
+    fast = BACKEND.replace("name: refproc", "name: reffast").replace(f'"{ITL_MS:g}"]', '"10"]')
+    (cluster / "backends" / "reffast.yaml").write_text(fast)  # where the workers look
+    path = cluster / "auto.yaml"
+    path.write_text(campaign_yaml(tiny_model, 8, "repeats: auto\nmin_repeats: 2\nmax_repeats: 4\n", "reffast"))
+    store = ResultStore(cluster / "auto")
+    assert run_cells_on_ray(ray, path, store) == []
+    out = store.local
+    # The folder says what a serial run says: the rounds taken and why it stopped.
+    assert read_json(out / AUTO_REPEATS) == {
+        "rounds": 2, "max_repeats": 4, "why": "every verdict decided", "undecided": []
+    }  # fmt: skip
+    note = auto_repeats_note(out)
+    assert note is not None and "2 round(s) of at most 4: every verdict decided" in note
+    (found,) = verdicts(out)
+    assert found.levels[2.0].winner == "b"
+    # Rounds 3 and 4 were never queued: no cell of theirs has a folder, let alone a run.
+    first, second = ["a__w", "b__w"], ["b__w__r2", "a__w__r2"]
+    assert sorted(p.name for p in (out / "cells").iterdir()) == sorted(first + second)
+    info = {c: read_json(out / "cells" / c / "cell.json") for c in first + second}
+    assert all(i["status"] == "ok" for i in info.values())
+    # Round 2 was queued only once round 1 had finished (the look between them).
+    assert max(info[c]["finished_at"] for c in first) <= min(info[c]["started_at"] for c in second)
+    assert not our_servers()
 
 
 def gpu_cells(
@@ -250,7 +286,7 @@ def test_a_misspelt_ray_policy_key_is_named_with_the_valid_ones(tmp_path: Path, 
     from bakeoff.errors import SpecError
 
     path = tmp_path / "c.yaml"
-    path.write_text(campaign_yaml(tiny_model, 4, "ray: {max_retrys: 2}\n"))
+    path.write_text(campaign_yaml(tiny_model, 4, "repeats: 1\nray: {max_retrys: 2}\n"))
     with pytest.raises(SpecError, match=r"ray\.max_retrys: unknown key.*max_retries, retry_exceptions, cpus_per_cell"):
         load_campaign(path)
 

@@ -492,6 +492,16 @@ def round_ends(cells: list[Cell], index: int) -> bool:
     return index + 1 == len(cells) or cells[index + 1].repeat != cells[index].repeat
 
 
+def rounds(cells: list[Cell]) -> list[list[Cell]]:
+    """The cells cut into their interleaved rounds, in order (what :func:`auto_stop` is asked after)."""
+    cut: list[list[Cell]] = [[]]
+    for index, cell in enumerate(cells):
+        cut[-1].append(cell)
+        if round_ends(cells, index) and index + 1 < len(cells):
+            cut.append([])
+    return cut if cells else []
+
+
 def auto_stop(out: Path, spec: CampaignSpec, finished_round: int) -> bool:
     """``repeats: auto`` after a round: test every comparison; record and say whether to stop."""
     if spec.repeats != "auto" or finished_round < spec.min_repeats:

@@ -15,7 +15,10 @@ enters the timings. What a cell asks Ray for (:func:`cell_options`):
 - CPUs: ``ray.cpus_per_cell``, default 1 for a GPU cell (its client) and 2 for a CPU
   engine (engine and client), at least one per fixed client process.
 
-Independent cells run in parallel as far as the cluster's resources allow. A worker or
+Independent cells run in parallel as far as the cluster's resources allow. With
+``repeats: auto`` they go one interleaved round at a time: a round's cells in parallel, then the
+rule a local run applies after each round (:func:`bakeoff.campaign.execute.auto_stop`), so
+the campaign stops after the same round, and says why in the same ``repeats.json``. A worker or
 node lost mid-cell fails that task alone; Ray runs it again up to ``ray.max_retries``
 times (``ray.retry_exceptions`` also re-runs cells that failed with an error). The new
 try finds what the lost one left (its try log, ``ray_tries.json``), reaps its server if it
@@ -38,14 +41,14 @@ from typing import Any
 
 from bakeoff.campaign import resume
 from bakeoff.campaign.cells import Cell, prepare
-from bakeoff.campaign.execute import cell_fingerprint, render_report, run_cell
+from bakeoff.campaign.execute import auto_stop, cell_fingerprint, render_report, rounds, run_cell
 from bakeoff.campaign.progress import cell_result
 from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.paths import reports_dir
-from bakeoff.results.layout import REHEARSAL_MARKER
+from bakeoff.results.layout import AUTO_REPEATS, REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
 from bakeoff.serving.gpus import gpus
 from bakeoff.serving.process import PID_FILE, reap_leftovers
@@ -274,26 +277,27 @@ def run_cells_on_ray(
     pending: dict[Any, Cell] = {}
     failures: list[str] = []
     began = time.monotonic()
+    # Fixed repeats queue every cell at once. ``repeats: auto`` queues one interleaved round
+    # (its cells in parallel), waits for it, then asks the serial path's rule (auto_stop)
+    # whether every verdict is decided: a round never starts that the campaign would not run.
+    batches = rounds(cells) if spec.repeats == "auto" else [cells]
+    (out / AUTO_REPEATS).unlink(missing_ok=True)
+    results.delete(AUTO_REPEATS)
     try:
-        for cell in cells:
-            cell_dir = out / "cells" / cell.cell_id
-            prior = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
-            if prior.state == "complete":
-                print(f"{cell.cell_id}: {prior.reason}; skipped", flush=True)
-                continue
-            if prior.state != "new":
-                resume.archive_attempt(cell_dir, prior.reason)
-            (cell_dir / TRIES).unlink(missing_ok=True)  # a fresh submission: earlier tries are not its retries
-            results.delete(f"cells/{cell.cell_id}")
-            results.push(cell_dir, f"cells/{cell.cell_id}")
-            job = CellJob(str(out), results.uri, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat)
-            options = cell_options(cell, spec)
-            pending[task.options(**options).remote(job)] = cell
-            print(f"{cell.cell_id}: queued on Ray ({_describe(options)})", flush=True)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            cell = pending.pop(done[0])
-            failures += _finish(ray, done[0], cell, results, began)
+        for number, batch in enumerate(batches):
+            for cell in batch:
+                ref = _submit(task, cell, spec, results)
+                if ref is not None:
+                    pending[ref] = cell
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                cell = pending.pop(done[0])
+                failures += _finish(ray, done[0], cell, results, began)
+            if auto_stop(out, spec, batch[-1].repeat):
+                results.push_file(out / AUTO_REPEATS, AUTO_REPEATS)
+                for cell in (c for later in batches[number + 1 :] for c in later):
+                    print(f"{cell.cell_id}: skipped (repeats: auto stopped after round {batch[-1].repeat})", flush=True)
+                break
     except KeyboardInterrupt:
         # A plain cancel raises KeyboardInterrupt inside each task: run_cell tears its server
         # down as a local Ctrl-C does. Only what ignores it is then killed.
@@ -310,6 +314,25 @@ def run_cells_on_ray(
         if started:
             ray.shutdown()
     return failures
+
+
+def _submit(task: Any, cell: Cell, spec: CampaignSpec, results: ResultStore) -> Any:
+    """Queue one cell as a Ray task (its earlier partial attempt archived); None if it is measured already."""
+    out = results.local
+    cell_dir = out / "cells" / cell.cell_id
+    prior = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
+    if prior.state == "complete":
+        print(f"{cell.cell_id}: {prior.reason}; skipped", flush=True)
+        return None
+    if prior.state != "new":
+        resume.archive_attempt(cell_dir, prior.reason)
+    (cell_dir / TRIES).unlink(missing_ok=True)  # a fresh submission: earlier tries are not its retries
+    results.delete(f"cells/{cell.cell_id}")
+    results.push(cell_dir, f"cells/{cell.cell_id}")
+    job = CellJob(str(out), results.uri, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat)
+    options = cell_options(cell, spec)
+    print(f"{cell.cell_id}: queued on Ray ({_describe(options)})", flush=True)
+    return task.options(**options).remote(job)
 
 
 def _describe(options: dict[str, Any]) -> str:
