@@ -33,6 +33,7 @@ from bakeoff.cluster.ray_runner import (
     TRIES,
     cell_options,
     check_ray_fields,
+    connect,
     run_cells_on_ray,
 )
 from bakeoff.cluster.ray_store import ResultStore
@@ -78,7 +79,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (root / "backends" / "refproc.yaml").write_text(BACKEND)
     before = os.environ.get("BAKEOFF_BACKENDS_DIR")
     os.environ["BAKEOFF_BACKENDS_DIR"] = str(root / "backends")
-    ray.init(num_cpus=4, resources={"accelerator_type:FAKE": 2}, include_dashboard=False, log_to_driver=False)
+    # Started as bakeoff starts a local cluster (its start-up waits and retries), once for the module.
+    assert connect(ray, None, {}, num_cpus=4, resources={"accelerator_type:FAKE": 2})
     try:
         yield root
     finally:

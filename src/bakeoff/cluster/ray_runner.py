@@ -30,6 +30,7 @@ gets the node id, GPU type and driver version (the image digest is there already
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -38,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import psutil
 
 from bakeoff.campaign import resume
 from bakeoff.campaign.cells import Cell, prepare
@@ -218,14 +221,59 @@ def passed_env() -> dict[str, str]:
     return {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
 
 
-def connect(ray: ModuleType, address: str | None, env: dict[str, str]) -> bool:
-    """Join the cluster at ``address`` (or RAY_ADDRESS, or a new local one); True if this call started Ray."""
+# Ray's own start-up waits that a setting can lengthen, raised for a local start (an operator's
+# value in the environment wins). The GCS writes its port within 30 s by default, a worker
+# connects to its raylet within 10 s: a busy host (or a ``nice``d start on one) misses both.
+_START_WAITS = {"RAY_gcs_server_port_wait_time_s": "120", "RAY_raylet_start_wait_time_s": "60"}
+LOCAL_START_TRIES = 2
+
+
+def connect(ray: ModuleType, address: str | None, env: dict[str, str], **local: Any) -> bool:
+    """Join the cluster at ``address`` (or RAY_ADDRESS, or a new local one); True if this call started Ray.
+
+    ``local``: further ``ray.init`` arguments for a new local cluster (``num_cpus``, ``resources``).
+    """
     if ray.is_initialized():
         return False
     runtime_env = {"env_vars": env} if env else None
-    local = {} if address or os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}
-    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, **local)
-    return True
+    if address or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        return True
+    for name, value in _START_WAITS.items():
+        os.environ.setdefault(name, value)  # inherited by the GCS, the raylet and the workers it starts
+    # Two of a local start's deadlines are fixed in Ray (2.60): the raylet gives its dashboard
+    # agent 15 s to write its port file and aborts otherwise, and ray.init gives the node 30 s to
+    # register. On a loaded host the agent's Python start-up alone can take longer; the next
+    # try starts against warm caches and usually the load has moved. What fails thrice is said.
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            ray.init(runtime_env=runtime_env, log_to_driver=False, include_dashboard=False, **local)
+            return True
+        except Exception as exc:
+            if "timed out" not in str(exc).lower() and not isinstance(exc, TimeoutError):
+                raise
+            print(f"Ray's local start, try {attempt} of {LOCAL_START_TRIES}: {exc}", file=sys.stderr, flush=True)
+            # A node that failed in ray.init is not Ray's to shut down: stop what this try started.
+            ray.shutdown()
+            _stop_new_children(before)
+    raise LaunchError(
+        f"Ray's local node did not start in {LOCAL_START_TRIES} tries: its raylet gives its dashboard agent "
+        "15 s to start and this host is too busy for that; start one with `ray start --head` when the host "
+        "is quieter and pass its address (--ray ADDRESS)"
+    )
+
+
+def _stop_new_children(before: set[int]) -> None:
+    """Terminate (then kill) this process's children started since ``before`` was taken."""
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    for proc in started:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(started, timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def run_campaign_ray(
