@@ -263,6 +263,43 @@ def test_ray_flag_without_ray_says_how_to_install_it(
     assert not (tmp_path / "out" / "cells").exists()  # refused before anything ran
 
 
+class FlakyRay:
+    """Ray's init as a busy host makes it: the first ``fails`` starts time out as Ray's node start does."""
+
+    def __init__(self, fails: int, error: str = "The current node timed out during startup.") -> None:
+        self.fails, self.error, self.inits, self.shutdowns = fails, error, 0, 0
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: Any) -> None:
+        self.inits += 1
+        if self.inits <= self.fails:
+            raise Exception(self.error)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_a_local_ray_start_that_timed_out_is_tried_again_then_refused_with_the_cause(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bakeoff.cluster.ray_runner import LOCAL_START_TRIES
+    from bakeoff.errors import LaunchError
+
+    once = FlakyRay(fails=1)
+    assert connect(once, None, {}) and once.inits == 2 and once.shutdowns == 1  # type: ignore[arg-type]
+    assert "Ray's local start, try 1 of" in capsys.readouterr().err
+    never = FlakyRay(fails=LOCAL_START_TRIES)
+    with pytest.raises(LaunchError, match="dashboard agent 15 s"):
+        connect(never, None, {})  # type: ignore[arg-type]
+    assert never.inits == LOCAL_START_TRIES
+    other = FlakyRay(fails=1, error="object_store_memory is too large")  # not a deadline: not retried
+    with pytest.raises(Exception, match="too large"):
+        connect(other, None, {})  # type: ignore[arg-type]
+    assert other.inits == 1
+
+
 def test_object_store_pushes_summaries_then_cell_json_last_and_pulls_back(tmp_path: Path) -> None:
     cell = tmp_path / "local" / "cells" / "x"
     for run in ("r1", "r2"):
