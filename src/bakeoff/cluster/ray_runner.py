@@ -244,7 +244,7 @@ def connect(ray: ModuleType, address: str | None, env: dict[str, str], **local: 
     # Two of a local start's deadlines are fixed in Ray (2.60): the raylet gives its dashboard
     # agent 15 s to write its port file and aborts otherwise, and ray.init gives the node 30 s to
     # register. On a loaded host the agent's Python start-up alone can take longer; the next
-    # try starts against warm caches and usually the load has moved. What fails thrice is said.
+    # try starts against warm caches and usually the load has moved. What fails twice is said.
     for attempt in range(1, LOCAL_START_TRIES + 1):
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
