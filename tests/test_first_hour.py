@@ -680,3 +680,12 @@ def test_a_backend_version_is_spelled_once_without_the_framework_name() -> None:
         spec = load_backend(name)
         framework = spec.display_name.split()[0].lower()
         assert not spec.version.lower().startswith(framework), (name, spec.version)
+
+
+def test_output_piped_into_a_reader_that_leaves_ends_quietly() -> None:
+    # `bakeoff ... | head -1`: head exits after one line and the next print meets a closed pipe.
+    shell = f"{sys.executable} -m bakeoff campaign validate {REPO / 'campaigns'}/*.yaml | head -1"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert done.stdout.count("\n") == 1 and ": ok (" in done.stdout, done.stdout
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141, (done.returncode, done.stderr)

@@ -7,6 +7,7 @@ with exit status 2; input is validated before any server starts.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -405,6 +406,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("bakeoff: interrupted; results measured so far were saved", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`bakeoff ... | head`): what it read is all it wanted. Python flushes
+        # stdout again at exit, into the same closed pipe, so point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command its pipe's reader left
 
 
 if __name__ == "__main__":
