@@ -46,9 +46,12 @@ def test_advice_follows_from_the_series_it_cites() -> None:
     step = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 4})
     assert step is not None and (step.knob, step.current, step.proposed) == ("max_num_seqs", 4, 8), step
     assert "sat at the cap of 4" in step.reason
-    # With the cap out of the way (slots for all 8) the compute-bound advice skips the 8-bit KV cache.
-    later = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8})
-    assert later is not None and (later.stage, later.knob) == ("parallelism", "threads")
+    # With the cap out of the way (slots for all 8) the compute-bound advice skips the 8-bit KV cache, and
+    # binding "all cores" too: llama.cpp's threads -1 (its default) already computes on all of them.
+    assert next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8}) is None
+    # Bound to one core of the host's: bind them all.
+    later = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8, "threads": 1})
+    assert later is not None and (later.stage, later.knob, later.current) == ("parallelism", "threads", 1), later
     # A memory-bound server (KV 98 %, preemptions) may be offered one once the cheap knob is spent.
     memory = classify("v", "w", planted.memory_bound())
     step = next_step(memory, load_backend("vllm-cpu"), {"max_num_seqs": 1})
@@ -159,3 +162,13 @@ def test_advise_reads_the_cpu_flags_the_run_recorded(tmp_path: Path, small_model
     # Whatever this host has: the measured host's flags decide.
     assert recorded(AVX2) == {"vllm-one": "kv_cache_space_gib"}
     assert recorded(AVX512) == {"vllm-one": "kv_cache_dtype"}
+
+
+def test_the_advice_campaign_repeats_as_the_measured_one_did(folder: Path) -> None:
+    # The demo measures with repeats: auto; its advice must too, bounds and margin included, and load.
+    source = folder / "campaign.yaml"
+    raw = yaml.safe_load(source.read_text())
+    source.write_text(yaml.safe_dump({**raw, "repeats": "auto", "min_repeats": 2, "max_repeats": 4, "min_effect": 0.1}))
+    assert main(["advise", str(folder)]) == 0
+    spec = load_campaign(folder / "advice.yaml")
+    assert (spec.repeats, spec.min_repeats, spec.max_repeats, spec.min_effect) == ("auto", 2, 4, 0.1)

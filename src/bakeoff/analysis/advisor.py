@@ -176,7 +176,8 @@ def _tp_up(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -
 def _threads_all(backend: BackendSpec, knobs: Mapping[str, KnobValue], d: Diagnosis) -> tuple[KnobValue, str] | None:
     cores = os.cpu_count() or 1
     cur = _current(backend, knobs, "threads")
-    if isinstance(cur, int) and cur >= cores:
+    # A negative count is the engine's own "all cores" (llama.cpp's -1); unset, vLLM-CPU binds all but one.
+    if isinstance(cur, int) and (cur < 0 or cur >= cores):
         return None
     return cores, f"Bind all {cores} cores to compute."
 
@@ -289,6 +290,11 @@ def advise(campaign_dir: Path) -> list[Step]:
     return steps
 
 
+# How the measured campaign repeated and judged (bakeoff.campaign.specs): the advice campaign
+# repeats and decides the same way, so `repeats: auto` keeps its bounds.
+REPEAT_KEYS = ("repeats", "min_repeats", "max_repeats", "min_effect")
+
+
 def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
     """A campaign running each advised server as measured and as proposed, on the workloads concerned."""
     if not steps:
@@ -304,7 +310,7 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
         if all(s["label"] != variant["label"] for s in servers):
             servers.append(variant)
     workloads = _advised_workloads(raw, steps)
-    keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "repeats", "interleave")
+    keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "interleave", *REPEAT_KEYS)
     advice = {
         "name": f"{raw['name']}-advice",
         "description": "Written by `bakeoff advise` from "
