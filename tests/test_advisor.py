@@ -111,10 +111,16 @@ def test_findings_leave_the_bandwidth_floor_to_the_roofline(folder: Path) -> Non
     assert findings and not any("GB/s" in n or "bandwidth floor" in n for n in findings), findings
 
 
-def test_an_impossible_tpot_is_called_a_measurement_problem(folder: Path) -> None:
+def test_an_impossible_tpot_names_both_figures_that_could_be_wrong(folder: Path) -> None:
     table = report_why.roofline_table(folder)
     table.loc[0, "efficiency"] = 3.0
-    assert "measurement problem" in report_why.roofline_notes(table)[0]
+    note = report_why.roofline_notes(table)[0]
+    assert "not a result" in note and "bandwidth figure is low" in note and "memory_bandwidth.json" in note, note
+    assert "chunks that coalesced" in note
+    # The diagnosis cites no impossible share of the floor as evidence.
+    cited = classify("v", "w", planted.capped_on_a_busy_cpu(), efficiency=1.31)
+    assert not any("131%" in e for e in cited.evidence)
+    assert any("beat the memory-bandwidth floor" in e for e in cited.evidence), cited.evidence
 
 
 def test_advise_hands_its_advice_to_tune(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:

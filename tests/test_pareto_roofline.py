@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from bakeoff.analysis import pareto
-from bakeoff.analysis.roofline import ENV, ModelShape, bandwidth, gpu_preset, measured_cpu_bandwidth, model_shape
+from bakeoff.analysis.roofline import (
+    CACHE_FILE,
+    ENV,
+    ModelShape,
+    bandwidth,
+    gpu_preset,
+    measured_cpu_bandwidth,
+    model_shape,
+)
 from bakeoff.errors import SpecError
 
 
@@ -104,6 +112,11 @@ def test_cpu_bandwidth_is_measured_once_then_cached(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr("bakeoff.analysis.roofline.copy_bandwidth_gbs", lambda *a, **k: calls.append(1) or 1.0)
     again = measured_cpu_bandwidth(tmp_path)
     assert again.gbs == first.gbs and "cached" in again.source and not calls
+    # An entry the one-thread copy left (no method) is measured again, with all cores.
+    cache = tmp_path / CACHE_FILE
+    old = {key: {"gbs": 8.5, "measured_at": "2026-12-01"} for key in json.loads(cache.read_text())}
+    cache.write_text(json.dumps(old))
+    assert measured_cpu_bandwidth(tmp_path).gbs == 1.0 and calls == [1]
 
 
 def test_repeats_of_a_level_are_one_point_at_their_mean_as_in_the_verdict() -> None:

@@ -249,6 +249,8 @@ _HEADLINES: dict[Bound, str] = {
 def _roofline(efficiency: float | None) -> str:
     if efficiency is None:
         return "no roofline (model shape or memory bandwidth unknown): bandwidth-bound not checked"
+    if efficiency > 1.0:  # faster than the floor: the bandwidth figure or the TPOT is off, not the engine
+        return "alone (concurrency 1) decode beat the memory-bandwidth floor, which cannot be: see the roofline"
     return f"alone (concurrency 1) decode ran at {efficiency:.0%} of the memory-bandwidth floor"
 
 

@@ -18,7 +18,7 @@ import yaml
 from bakeoff.analysis import pareto
 from bakeoff.analysis.advisor import advise
 from bakeoff.analysis.diagnosis import diagnose_cells
-from bakeoff.analysis.roofline import campaign_roofline, efficiencies
+from bakeoff.analysis.roofline import ENV, campaign_roofline, efficiencies
 from bakeoff.analysis.verdict import campaign_design
 from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
 from bakeoff.report.plots import server_palette, telemetry_figure
@@ -97,7 +97,9 @@ def roofline_notes(table: pd.DataFrame) -> list[str]:
             notes.append(
                 f"{row['server']} / {row['workload']}: TPOT {row['TPOT P50 ms']:.2f} ms is below the floor of "
                 f"{row['floor ms']:.2f} ms ({row['implied GB/s']:,.0f} GB/s implied, {row['bandwidth GB/s']:,.0f} "
-                "available) — a measurement problem (coalesced chunks?), not a result."
+                f"assumed, from {row['bandwidth source']}): not a result. Either the bandwidth figure is low (a copy "
+                "benchmark run on a busy host: delete ~/.cache/bakeoff/memory_bandwidth.json to measure it again, or "
+                f"set {ENV}) or the TPOT is (chunks that coalesced several tokens)."
             )
         else:
             notes.append(
