@@ -87,3 +87,11 @@ def test_a_30_percent_difference_is_found_at_5_repeats_with_12_percent_noise() -
     assert paired.win >= 0.80 and paired.win > unpaired.win + 0.03
     auto = rates(0, ratio=1.3, auto=(2, 10), seed=13)
     assert auto.win >= 0.80 and auto.mean_repeats < 10 and auto.loss == 0.0
+
+
+def test_every_verdict_states_the_difference_its_repeats_could_detect() -> None:
+    won = decide([130.0, 128.0, 133.0], [100.0, 101.0, 99.0], "higher")
+    assert won.outcome == "win" and "3 repeats detect a " in won.text() and "would tell" not in won.text()
+    # An open question also says how many repeats would settle the practical margin.
+    open_question = decide([104.0, 96.0, 110.0], [100.0, 93.0, 107.0], "higher")
+    assert open_question.outcome == "undecided" and "would tell a 5% difference" in open_question.text()

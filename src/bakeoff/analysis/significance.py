@@ -207,25 +207,26 @@ class Decision:
         parts = []
         if self.detectable is not None:
             parts.append(f"{n} repeats detect a {self.detectable:.0%} difference at today's {noise} noise")
-        if self.needed is None:
+        # How many repeats would settle min_effect: only for an open question.
+        if self.outcome == "undecided" and self.needed is None:
             parts.append(f"more than {MAX_NEEDED:,} repeats would be needed to tell {self.min_effect:.0%}")
-        elif self.needed > n:
+        elif self.outcome == "undecided" and self.needed is not None and self.needed > n:
             parts.append(f"{self.needed} repeats would tell a {self.min_effect:.0%} difference")
         return "; ".join(parts)
 
     def text(self, unit: str = "", against: str | None = None) -> str:
         """``-18.0% [-25.1%, -10.2%] goodput req/s vs a (Welch t on log values, n=3 vs 3, p=0.002) → loss``.
 
-        Undecided and equivalent outcomes add what the repeats could tell.
+        Every outcome adds what the repeats could tell (the difference they detect at today's
+        noise; for an open question, the repeats that would settle min_effect).
         """
         if self.why is not None:
             return f"{self.outcome}: {self.why}"
         what = "".join((f" {unit}" if unit else "", f" vs {against}" if against else ""))
         how = f"{self.method}, n={self.n_a} vs {self.n_b}, p={self.p:.2g}" if self.p is not None else ""
         text = f"{self.interval_text()}{what} ({how}) → {self.outcome}"
-        if self.outcome in ("undecided", "equivalent"):
-            text += f": {self.evidence()}"
-        return text
+        evidence = self.evidence()
+        return f"{text}: {evidence}" if evidence else text
 
 
 def _slots(values: Sequence[float] | Mapping[int, float]) -> dict[int, float]:
