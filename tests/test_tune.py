@@ -26,6 +26,7 @@ from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import STUDY_FILE, Candidate, cross_verdict, pick, resolve_groups, tune_campaign
 from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
+from bakeoff.report import tune_report
 from bakeoff.report.tune_report import NOT_JUDGED
 from bakeoff.results.layout import REHEARSAL_BANNER, REHEARSAL_TAG
 from bakeoff.results.store import read_json, read_summary
@@ -374,3 +375,10 @@ def test_a_rehearsed_gpu_tune_runs_end_to_end_tagged_and_claims_nothing(
     assert load_campaign(best).servers[0].knobs == result["groups"][0]["chosen"]["knobs"]
     written = yaml.safe_load(best.read_text())  # for the GPU host: the original model and workloads
     assert written["model"]["path"] == "/models/llama-7b" and written["workloads"][0]["levels"] == [1, 8, 32, 128]
+
+
+def test_a_verdict_with_no_ratio_shows_no_placeholder_for_one() -> None:
+    against = {"group": "vllm", "outcome": "undecided", "change": None, "text": "undecided: within the SLO in 3 of 3"}
+    result = {"tuned": {"best": "llamacpp", "against": [against]}}
+    (line,) = tune_report._verdict_lines(result, "tuned", "tuned vs tuned")
+    assert line == "- tuned vs tuned: llamacpp is not told from vllm (undecided: within the SLO in 3 of 3)", line

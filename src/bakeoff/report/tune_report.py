@@ -61,9 +61,10 @@ def _verdict_lines(result: dict[str, Any], key: str, what: str) -> list[str]:
         return [f"- {what} ({groups}): {NOT_JUDGED}"]
     lines = []
     for other in found["against"]:
-        change = f"{other['change']:+.1%}" if other["change"] is not None else "?"
+        # A comparison decided on how often the SLO was reached has no ratio to show.
+        change = f"{other['change']:+.1%}; " if other["change"] is not None else ""
         verb = {"win": "beats", "loss": "loses to", "equivalent": "matches"}.get(other["outcome"], "is not told from")
-        lines.append(f"- {what}: {found['best']} {verb} {other['group']} ({change}; {other['text']})")
+        lines.append(f"- {what}: {found['best']} {verb} {other['group']} ({change}{other['text']})")
     return lines
 
 
