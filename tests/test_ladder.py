@@ -44,12 +44,20 @@ def test_a_step_within_the_bound_is_kept_with_its_speedup() -> None:
         (_outcome("int4", 200.0, 0.60, drifted=6), "word agreement with bf16 40.0%"),
         (_outcome("int4", 200.0, None), "no exact-answer rate"),
         (_outcome("int4", 0.0, None, ran=False), "did not run"),
+        (_outcome("int4", 80.0, 0.60), "output tok/s -20.0% against bf16 (bound -5%)"),
     ],
 )
 def test_a_step_that_breaks_the_bound_is_rolled_back(step: StepOutcome, reason: str) -> None:
     decision = decide(SPEC, _outcome("bf16", 100.0, 0.60), step)
     assert not decision.kept
     assert any(reason in r for r in decision.reasons), decision.reasons
+
+
+def test_a_slower_step_is_kept_only_where_the_campaign_says_speed_may_fall() -> None:
+    slower = _outcome("kv8", 97.0, 0.60)  # 3% slower: within one repeat's noise
+    assert decide(SPEC, _outcome("bf16", 100.0, 0.60), slower).kept
+    for_memory = SPEC.model_copy(update={"min_speedup": None})
+    assert decide(for_memory, _outcome("bf16", 100.0, 0.60), _outcome("kv8", 60.0, 0.60)).kept
 
 
 def test_the_ladder_continues_from_the_last_kept_step() -> None:

@@ -24,8 +24,15 @@ from bakeoff.results.store import write_json
 from bakeoff.results.summary import Speculative, Stat
 from history_planted import campaign_folder, summary
 
+# min_speedup null: the planted kv8 step is kept although slower (a step tried for memory), so the
+# waterfall shows a kept step that cost throughput.
 SPEC = LadderSpec.model_validate(
-    {"steps": [{"name": "x", "knobs": {"max_num_seqs": 2}}], "max_exact_drop": 0.05, "min_word_agreement": 0.5}
+    {
+        "steps": [{"name": "x", "knobs": {"max_num_seqs": 2}}],
+        "max_exact_drop": 0.05,
+        "min_word_agreement": 0.5,
+        "min_speedup": None,
+    }
 )
 SAME = {f"q{k}": "the capital of Oria is Fibi" for k in range(10)}
 

@@ -1,10 +1,11 @@
-"""The optimization ladder: one knob at a time, kept only while quality holds.
+"""The optimization ladder: one knob at a time, kept only while quality holds and speed does not fall.
 
 A campaign with a ``ladder:`` section measures its first server (the baseline), then each
 step in order on top of the last *kept* configuration: the step's knobs are merged into the
 kept knobs, the cell is measured for speed and quality like any other, and the step is
-kept unless it breaks the quality bound against the last kept step (or fails to run), in
-which case it is rolled back and the next step starts again from the last kept one. This is
+kept unless it breaks the quality bound against the last kept step, costs more speed than
+``min_speedup`` allows (or fails to run), in which case it is rolled back and the next step
+starts again from the last kept one. This is
 the recommended way to tune a server (measure a baseline, turn one knob at a time, re-test
 speed *and* quality, keep a rollback) turned into a campaign.
 
@@ -17,6 +18,11 @@ report, is :mod:`bakeoff.report.ladder_report`'s, read from ``ladder.json``.
 Quality bound, against the last kept step: the exact-answer rate may drop by at most
 ``max_exact_drop`` (absolute share), and greedy outputs must keep a word agreement
 (:func:`bakeoff.campaign.quality.word_agreement`) of at least ``min_word_agreement``.
+Speed bound: output tok/s at least ``min_speedup`` times the last kept step's (default 0.95:
+a step may cost at most 5%, about one repeat's noise on a CPU). A step is tried to buy speed;
+one that keeps the answers but slows the server down is not an optimization, and keeping it
+left the shipped CPU ladder 36% slower than its baseline. ``min_speedup: null`` keeps a slower
+step (one tried for memory, say).
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ class LadderSpec(Strict):
     )
     min_word_agreement: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="smallest allowed mean word agreement with the last kept step's greedy outputs"
+    )
+    min_speedup: Annotated[float, Field(gt=0)] | None = Field(
+        default=0.95,
+        description="smallest allowed output tok/s against the last kept step (0.95: at most 5% slower); "
+        "null keeps a slower step",
     )
 
     @model_validator(mode="after")
@@ -142,7 +153,7 @@ def outcome_of(
 
 
 def decide(spec: LadderSpec, kept: StepOutcome, step: StepOutcome) -> Decision:
-    """Keep ``step`` unless it did not run or breaks the quality bound against ``kept``."""
+    """Keep ``step`` unless it did not run, breaks the quality bound or costs speed against ``kept``."""
     reasons: list[str] = []
     if not step.ran:
         return Decision(step.label, False, ["the step did not run (see its cell)"], kept.label)
@@ -158,6 +169,8 @@ def decide(spec: LadderSpec, kept: StepOutcome, step: StepOutcome) -> Decision:
     elif agreement < spec.min_word_agreement:
         reasons.append(f"word agreement with {kept.label} {agreement:.1%} (bound {spec.min_word_agreement:.1%})")
     speedup = step.output_tok_s / kept.output_tok_s if step.output_tok_s is not None and kept.output_tok_s else None
+    if spec.min_speedup is not None and speedup is not None and speedup < spec.min_speedup:
+        reasons.append(f"output tok/s {speedup - 1:+.1%} against {kept.label} (bound {spec.min_speedup - 1:+.0%})")
     return Decision(step.label, not reasons, reasons, kept.label, change, agreement, speedup)
 
 
