@@ -95,7 +95,7 @@ def copy_bandwidth_gbs(megabytes: int = 256, passes: int = 6, threads: int | Non
     threads = threads or os.cpu_count() or 1
     source = np.ones(megabytes * 2**20 // 8, dtype=np.float64)
     target = np.empty_like(source)
-    slices = [(t, s) for t, s in zip(np.array_split(target, threads), np.array_split(source, threads), strict=True)]
+    slices = list(zip(np.array_split(target, threads), np.array_split(source, threads), strict=True))
     with ThreadPoolExecutor(threads) as pool:
 
         def copy_all() -> None:

@@ -10,6 +10,7 @@ before any server starts.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import time
 from collections.abc import Callable
@@ -493,13 +494,11 @@ def round_ends(cells: list[Cell], index: int) -> bool:
 
 
 def rounds(cells: list[Cell]) -> list[list[Cell]]:
-    """The cells cut into their interleaved rounds, in order (what :func:`auto_stop` is asked after)."""
-    cut: list[list[Cell]] = [[]]
-    for index, cell in enumerate(cells):
-        cut[-1].append(cell)
-        if round_ends(cells, index) and index + 1 < len(cells):
-            cut.append([])
-    return cut if cells else []
+    """The cells cut into their interleaved rounds, in order (what :func:`auto_stop` is asked after).
+
+    A round ends where the next cell's repeat differs (:func:`round_ends`): the runs of equal repeats.
+    """
+    return [list(run) for _, run in itertools.groupby(cells, key=lambda cell: cell.repeat)]
 
 
 def auto_stop(out: Path, spec: CampaignSpec, finished_round: int) -> bool:
