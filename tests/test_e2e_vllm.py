@@ -16,9 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.campaign import perplexity
+from bakeoff.campaign.quality import load_prompt_set
+from bakeoff.measure.client import ClientSettings
 from bakeoff.results.store import read_summary
 from bakeoff.results.summary import Requests
+from bakeoff.serving.backends import load_backend
 from engines import EngineSet
+from perplexity_reference import torch_perplexity
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -73,3 +78,18 @@ def test_bench_against_a_started_engine(small_engines: EngineSet, small_model: P
     assert run["client"]["exact_prompt_lengths"] is True
     assert (out / "records.parquet").stat().st_size > 0
     assert engine.served_name in handle.log_path.read_text()
+
+
+def test_prompt_logprobs_give_the_perplexity_of_the_models_own_weights(
+    small_engines: EngineSet, small_model: Path
+) -> None:
+    """The quality set's held-out texts scored by the server equal the same texts scored in torch."""
+    engine = small_engines.engines[0]
+    texts = [i.prompt for i in load_prompt_set("default") if i.kind == "perplexity"]
+    backend = load_backend("vllm-cpu")
+    settings = ClientSettings(base_url=engine.handle.base_url, model=engine.served_name)
+    scored = perplexity.measure(settings, texts, supported=backend.prompt_logprobs, backend=backend.display_name)
+    reference, tokens = torch_perplexity(small_model, texts)
+    assert scored["why_not"] is None and scored["tokens"] == tokens
+    # Random weights: about the vocabulary (8192). Both in float32, but the server's own CPU kernels.
+    assert abs(scored["perplexity"] / reference - 1) < 0.01, (scored["perplexity"], reference)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,17 @@ def test_a_step_that_breaks_the_bound_is_rolled_back(step: StepOutcome, reason: 
     decision = decide(SPEC, _outcome("bf16", 100.0, 0.60), step)
     assert not decision.kept
     assert any(reason in r for r in decision.reasons), decision.reasons
+
+
+def test_a_step_that_raises_perplexity_past_the_bound_is_rolled_back_where_both_were_scored() -> None:
+    base = replace(_outcome("bf16", 100.0, 0.60), perplexity=3.00)
+    worse = decide(SPEC, base, replace(_outcome("int4", 150.0, 0.60), perplexity=3.30))  # +10%, bound 5%
+    assert not worse.kept and worse.reasons == ["perplexity rose 10.0% (bound 5.0%)"]
+    assert worse.perplexity_change == pytest.approx(0.10)
+    assert decide(SPEC, base, replace(_outcome("int4", 150.0, 0.60), perplexity=3.09)).kept  # +3%
+    # llama.cpp returns no prompt logprobs: an unscored step is judged on the other bounds alone.
+    unscored = decide(SPEC, base, _outcome("int4", 150.0, 0.60))
+    assert unscored.kept and unscored.perplexity_change is None
 
 
 def test_a_slower_step_is_kept_only_where_the_campaign_says_speed_may_fall() -> None:

@@ -92,6 +92,24 @@ def test_the_table_judges_each_step_against_the_last_kept_one(tmp_path: Path) ->
     assert ladder_report.waterfall_table(tmp_path).empty  # no ladder.json: nothing to show
 
 
+def test_perplexity_columns_appear_only_where_a_step_was_scored(tmp_path: Path) -> None:
+    # The planted ladder is llama.cpp-like: no prompt logprobs, so no column of blanks.
+    assert "perplexity" not in ladder_report.waterfall_table(_ladder(tmp_path)).columns
+    base = StepOutcome("f32", {}, ran=True, output_tok_s=100.0, exact=0.6, perplexity=3.0, answers=SAME)
+    step = StepOutcome("w4a8", {}, ran=True, output_tok_s=90.0, exact=0.6, perplexity=3.3, answers=SAME)
+    folder = tmp_path / "scored"
+    folder.mkdir()
+    write_json(folder / LADDER_FILE, LadderResult(base, [(step, decide(SPEC, base, step))], SPEC).to_json())
+    table = ladder_report.waterfall_table(folder).set_index("step")
+    assert table.loc["w4a8", "perplexity"] == pytest.approx(3.3)
+    assert table.loc["w4a8", "Δ perplexity %"] == pytest.approx(10.0)
+    assert "perplexity rose 10.0% (bound 5.0%)" in table.loc["w4a8", "verdict"]
+    data = ladder_report.ladder_data(folder)
+    assert data is not None and "perplexity (where the server returns prompt logprobs) rises by at most 5%" in (
+        ladder_report.bound_text(data)
+    )
+
+
 def test_the_final_configuration_and_its_rollback_chain(tmp_path: Path) -> None:
     data = ladder_report.ladder_data(_ladder(tmp_path))
     assert data is not None

@@ -20,6 +20,8 @@ from bakeoff.campaign.quality import (
 )
 from bakeoff.errors import SpecError
 from bakeoff.measure.client import ClientSettings
+from bakeoff.report.tables import quality_table
+from bakeoff.results.layout import QUALITY_RATES
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_json, write_json
 from bakeoff.serving.reference import serve_reference
@@ -97,7 +99,7 @@ def test_agreement_is_the_share_of_identical_normalized_outputs(tmp_path: Path) 
 
 def test_random_text_is_scored_too_not_skipped() -> None:
     """A generated model's gibberish: every rate is computed, none left out."""
-    items = load_prompt_set("default")
+    items = [i for i in load_prompt_set("default") if i.kind != "perplexity"]  # scored, not asked
     record = RequestRecord(0, output_text=" w0 w1 w2 w3", finish_reason="length")
     answers = [check(item, record) for item in items]
     rates = score(answers)
@@ -108,7 +110,7 @@ def test_random_text_is_scored_too_not_skipped() -> None:
 
 def test_the_shipped_set_has_every_kind() -> None:
     kinds = {item.kind for item in load_prompt_set("default")}
-    assert kinds == {"json", "exact", "free"}
+    assert kinds == {"json", "exact", "free", "perplexity"}
 
 
 @pytest.mark.parametrize(
@@ -186,3 +188,18 @@ def test_exact_rates_per_group() -> None:
     by_group = exact_by_group(answers, items)
     # Failed requests are left out, never scored; free items have no exact rate.
     assert by_group == {"trained-phrasing": 1.0, "held-out-phrasing": 0.0}
+
+
+def test_the_reports_quality_table_gives_perplexity_and_why_a_server_has_none(tmp_path: Path) -> None:
+    rates = {"items": 4, "answered": 4, "failed": 0, **dict.fromkeys(QUALITY_RATES, 0.5)}
+    scored = {"rates": {**rates, "perplexity": 3.15}, "perplexity": {"perplexity": 3.15, "why_not": None}}
+    why = "llama.cpp does not return prompt logprobs (prompt_logprobs in its backend YAML)"
+    unscored = {"rates": {**rates, "perplexity": None}, "perplexity": {"perplexity": None, "why_not": why}}
+    for cell, result in (("vllm__sweep", scored), ("llamacpp__sweep", unscored)):
+        write_json(tmp_path / "cells" / cell / QUALITY_FILE, result)
+    table = quality_table(tmp_path).set_index("server")
+    assert table.loc["vllm", "perplexity"] == 3.15 and table.loc["vllm", "exact %"] == 50.0
+    assert table.loc["llamacpp", "perplexity not measured"] == why
+    # Where every server was scored there is no column of blanks.
+    write_json(tmp_path / "cells" / "llamacpp__sweep" / QUALITY_FILE, scored)
+    assert "perplexity not measured" not in quality_table(tmp_path).columns

@@ -55,7 +55,10 @@ def test_exam_answers_are_the_world_facts() -> None:
     world = {c.name: c for c in make_world(SMALL)}
     items = exam(SMALL, per_group=12)
     groups = {i["group"] for i in items}
-    assert groups == {"trained-phrasing", "held-out-phrasing", "long-context-recall", "continuation"}
+    assert groups == {"trained-phrasing", "held-out-phrasing", "long-context-recall", "continuation", "held-out-text"}
+    # The perplexity texts are held-out documents (the model card's seed), never training ones.
+    texts = [i["prompt"] for i in items if i["kind"] == "perplexity"]
+    assert len(texts) == 6 and [t + END for t in texts] == corpus(SMALL, held_out=True, documents=len(texts))
     for item in items:
         if item["group"] in ("trained-phrasing", "held-out-phrasing"):
             (country,) = [name for name in world if f" {name}?" in item["prompt"] or f" {name} " in item["prompt"]]

@@ -9,8 +9,9 @@ A gate metric is a figure one number can stand for, with a direction
 
 A threshold is a relative change for speed metrics (``5%`` = 0.05: a TPOT 5 % higher) and
 an absolute change in the share for quality rates, which are shares already and are often
-0 (``2%``: two more outputs in a hundred invalid). Metrics without a direction (designed
-reuse) cannot be gated. :data:`DEFAULT_REGRESSION` applies when a campaign sets none.
+0 (``2%``: two more outputs in a hundred invalid); ``quality_perplexity``, not a share, is
+gated relatively like speed. Metrics without a direction (designed reuse) cannot be gated.
+:data:`DEFAULT_REGRESSION` applies when a campaign sets none.
 """
 
 from __future__ import annotations
@@ -26,17 +27,18 @@ from bakeoff.results.summary import RunSummary, StatName
 Better = Literal["higher", "lower"]
 Scale = Literal["relative", "absolute"]
 
-# The rates of a cell's quality.json (bakeoff.results.layout.QUALITY_RATES), gated as quality_RATE, and
-# which way is better.
+# The rates of a cell's quality.json (bakeoff.results.layout.QUALITY_RATES, and its perplexity),
+# gated as quality_RATE: which way is better, and whether a change is a share or relative.
 QUALITY_PREFIX = "quality_"
-QUALITY: dict[str, Better] = {
-    "quality_invalid_json": "lower",
-    "quality_truncated": "lower",
-    "quality_refused": "lower",
-    "quality_exact": "higher",
-    "quality_length_ok": "higher",
-    "quality_agreement": "higher",
-    "quality_word_agreement": "higher",
+QUALITY: dict[str, tuple[Better, Scale]] = {
+    "quality_invalid_json": ("lower", "absolute"),
+    "quality_truncated": ("lower", "absolute"),
+    "quality_refused": ("lower", "absolute"),
+    "quality_exact": ("higher", "absolute"),
+    "quality_length_ok": ("higher", "absolute"),
+    "quality_agreement": ("higher", "absolute"),
+    "quality_word_agreement": ("higher", "absolute"),
+    "quality_perplexity": ("lower", "relative"),
 }
 
 # Gated when a campaign has no regression block: decode speed, throughput, the tails users feel.
@@ -46,7 +48,9 @@ DEFAULT_REGRESSION: dict[str, float] = {
     "ttft_ms_p50": 0.10,
     "e2e_ms_p99": 0.10,
     # Quality at temperature 0 is deterministic: any share worse is a regression (when measured).
-    **dict.fromkeys(QUALITY, 0.0),
+    **dict.fromkeys((name for name, (_, scale) in QUALITY.items() if scale == "absolute"), 0.0),
+    # Prompt logprobs move in the last bits with the batch a request shares: 1% is a real change.
+    "quality_perplexity": 0.01,
 }
 
 
@@ -70,8 +74,8 @@ def _table() -> dict[str, GateMetric]:
         for stat in get_args(StatName):
             name = f"{metric.key}_{stat}"
             found[name] = GateMetric(name, metric.better, "relative", stat, metric.key)
-    for name, better in QUALITY.items():
-        found[name] = GateMetric(name, better, "absolute")
+    for name, (better, scale) in QUALITY.items():
+        found[name] = GateMetric(name, better, scale)
     return found
 
 

@@ -194,7 +194,14 @@ def _measure_cell(
     _run_plans(cell, spec, plans, count_tokens, server, cell_dir, effort, info, summaries)
     if spec.quality is not None and check_quality:  # after the speed runs, on the same server
         settings = client_settings(cell, server.current()[0], count_tokens)
-        info["quality"] = quality.measure_cell(spec.quality, settings, cell_dir, cell.cell_id)["rates"]
+        info["quality"] = quality.measure_cell(
+            spec.quality,
+            settings,
+            cell_dir,
+            cell.cell_id,
+            prompt_logprobs=cell.backend.prompt_logprobs,
+            backend=cell.backend.display_name,
+        )["rates"]
 
 
 def _restart_effort(

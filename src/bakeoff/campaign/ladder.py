@@ -16,8 +16,10 @@ memory, quality) and the keep/rollback decision (:func:`decide`, pure);
 report, is :mod:`bakeoff.report.ladder_report`'s, read from ``ladder.json``.
 
 Quality bound, against the last kept step: the exact-answer rate may drop by at most
-``max_exact_drop`` (absolute share), and greedy outputs must keep a word agreement
-(:func:`bakeoff.campaign.quality.word_agreement`) of at least ``min_word_agreement``.
+``max_exact_drop`` (absolute share), greedy outputs must keep a word agreement
+(:func:`bakeoff.campaign.quality.word_agreement`) of at least ``min_word_agreement``, and the
+held-out perplexity, where the server returns prompt logprobs for both steps, may rise by at
+most ``max_perplexity_rise`` (relative).
 Speed bound: output tok/s at least ``min_speedup`` times the last kept step's (default 0.95:
 a step may cost at most 5%, about one repeat's noise on a CPU). A step is tried to buy speed;
 one that keeps the answers but slows the server down is not an optimization, and keeping it
@@ -56,6 +58,9 @@ class LadderSpec(Strict):
     min_word_agreement: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="smallest allowed mean word agreement with the last kept step's greedy outputs"
     )
+    max_perplexity_rise: Annotated[float, Field(ge=0)] = Field(
+        default=0.05, description="largest allowed relative rise of the held-out perplexity (where measured)"
+    )
     min_speedup: Annotated[float, Field(gt=0)] | None = Field(
         default=0.95,
         description="smallest allowed output tok/s against the last kept step (0.95: at most 5% slower); "
@@ -88,6 +93,7 @@ class StepOutcome:
     peak_rss_mib: float | None = None  # the server's process tree, highest over the measured windows
     dtypes: dict[str, str] = field(default_factory=dict)  # weights and KV cache, as the server ran
     exact: float | None = None
+    perplexity: float | None = None  # held-out, from the server's prompt logprobs (None: not returned)
     exact_by_group: dict[str, float | None] = field(default_factory=dict)
     answers: dict[str, str] = field(default_factory=dict, repr=False)
     why: str = ""  # what the step was expected to buy (the ladder step's why)
@@ -101,6 +107,7 @@ class Decision:
     against: str  # the last kept step it was judged against
     exact_change: float | None = None
     word_agreement: float | None = None
+    perplexity_change: float | None = None  # relative, against the last kept step
     speedup: float | None = None  # output tok/s against the last kept step
 
 
@@ -147,6 +154,7 @@ def outcome_of(
         peak_rss_mib=peak_rss_mib([c for c in cells if c.status == "ok"]),
         dtypes=dict(next((c.effort.get("server", {}).get("dtypes") for c in cells if c.status == "ok"), None) or {}),
         exact=rates.get("exact"),
+        perplexity=rates.get("perplexity"),
         exact_by_group=dict((quality or {}).get("exact_by_group") or {}),
         answers={a["id"]: a["output"] for a in (quality or {}).get("answers", []) if a.get("error") is None},
     )
@@ -168,10 +176,15 @@ def decide(spec: LadderSpec, kept: StepOutcome, step: StepOutcome) -> Decision:
         reasons.append(f"no greedy outputs shared with {kept.label} to compare")
     elif agreement < spec.min_word_agreement:
         reasons.append(f"word agreement with {kept.label} {agreement:.1%} (bound {spec.min_word_agreement:.1%})")
+    perplexity_change = (
+        None if step.perplexity is None or not kept.perplexity else step.perplexity / kept.perplexity - 1
+    )
+    if perplexity_change is not None and perplexity_change > spec.max_perplexity_rise:
+        reasons.append(f"perplexity rose {perplexity_change:.1%} (bound {spec.max_perplexity_rise:.1%})")
     speedup = step.output_tok_s / kept.output_tok_s if step.output_tok_s is not None and kept.output_tok_s else None
     if spec.min_speedup is not None and speedup is not None and speedup < spec.min_speedup:
         reasons.append(f"output tok/s {speedup - 1:+.1%} against {kept.label} (bound {spec.min_speedup - 1:+.0%})")
-    return Decision(step.label, not reasons, reasons, kept.label, change, agreement, speedup)
+    return Decision(step.label, not reasons, reasons, kept.label, change, agreement, perplexity_change, speedup)
 
 
 @dataclass
@@ -199,7 +212,11 @@ class LadderResult:
         bound = (
             {}
             if self.spec is None
-            else {"max_exact_drop": self.spec.max_exact_drop, "min_word_agreement": self.spec.min_word_agreement}
+            else {
+                "max_exact_drop": self.spec.max_exact_drop,
+                "min_word_agreement": self.spec.min_word_agreement,
+                "max_perplexity_rise": self.spec.max_perplexity_rise,
+            }
         )
         return {
             "baseline": plain(self.baseline),

@@ -6,6 +6,7 @@ any ``.jsonl`` file), one JSON object a line::
     {"id": "person-json", "kind": "json", "prompt": "...", "required_keys": ["name", "age"], "max_tokens": 96}
     {"id": "capital", "kind": "exact", "prompt": "...", "answer": "Paris", "max_tokens": 8}
     {"id": "summary", "kind": "free", "prompt": "...", "min_words": 20, "max_words": 120, "max_tokens": 256}
+    {"id": "held-out-000", "kind": "perplexity", "prompt": "a held-out text the model is scored on"}
 
 After a cell's speed runs, every item is sent to its server at temperature 0, through the
 same streaming client as the measured load (without ``ignore_eos`` or ``min_tokens``: the
@@ -32,6 +33,10 @@ word_agreement       mean over those items of the share of words (whitespace-sep
                      one that drifts at once near 0
 ==================== ===========================================================================
 
+``perplexity`` items are not asked: their texts are scored by the server's prompt logprobs
+into ``perplexity`` (exp of the mean negative logprob over their tokens; lower is better), on
+backends that return them (:mod:`bakeoff.campaign.perplexity`), else None with the reason.
+
 An item may name a ``group`` (``trained-phrasing``, ``long-context-recall``, ...): the
 ``exact`` rate is then also given per group (``exact_by_group`` beside ``rates``).
 
@@ -52,6 +57,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bakeoff.campaign import perplexity
 from bakeoff.campaign.runner import run_coroutine
 from bakeoff.errors import SpecError
 from bakeoff.measure.client import ClientSettings, StreamingClient
@@ -75,7 +81,7 @@ class QualityItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1)
-    kind: Literal["json", "exact", "free"]
+    kind: Literal["json", "exact", "free", "perplexity"]
     prompt: str = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] = 128
     required_keys: list[str] = Field(default_factory=list)
@@ -92,6 +98,8 @@ class QualityItem(BaseModel):
             raise ValueError("a 'free' item needs 'min_words' and/or 'max_words'")
         if self.kind != "json" and self.required_keys:
             raise ValueError("'required_keys' belongs to 'json' items")
+        if self.kind == "perplexity" and (self.answer or self.min_words is not None or self.max_words is not None):
+            raise ValueError("a 'perplexity' item is scored, not answered: it takes no 'answer' or word bounds")
         return self
 
 
@@ -280,24 +288,35 @@ def run_quality(
     endpoint: str,
     out: Path,
     baseline: dict[str, str] | None = None,
+    prompt_logprobs: bool = False,
+    backend: str = "this server",
 ) -> dict[str, Any]:
-    """Ask every item of the set, score the answers and write ``out`` (atomically); return it."""
-    items = load_prompt_set(prompts)
+    """Ask every item of the set, score the answers and write ``out`` (atomically); return it.
+
+    ``prompt_logprobs``: the server returns them (the backend's flag), so the set's perplexity
+    items are scored; ``backend`` names it where they are not.
+    """
+    every = load_prompt_set(prompts)
+    items = [i for i in every if i.kind != "perplexity"]
     box: list[list[RequestRecord]] = []
 
     async def go() -> None:
-        box.append(await ask(settings, planned(items, endpoint), concurrency))
+        box.append(await ask(settings, planned(items, endpoint), concurrency) if items else [])
 
     run_coroutine(go())
     answers = [check(item, record) for item, record in zip(items, box[0], strict=True)]
+    scored = perplexity.measure(
+        settings, [i.prompt for i in every if i.kind == "perplexity"], supported=prompt_logprobs, backend=backend
+    )
     result = {
         "prompt_set": prompts,
         "prompt_set_sha256": set_digest(prompts),
         "endpoint": endpoint,
         "temperature": 0.0,
-        "rates": score(answers, baseline),
+        "rates": {**score(answers, baseline), "perplexity": scored["perplexity"]},
         "exact_by_group": exact_by_group(answers, items),
         "baseline_items": len(baseline) if baseline is not None else None,
+        "perplexity": scored,
         "answers": answers,
     }
     write_json(out, result)
@@ -314,7 +333,15 @@ def check_spec(spec: QualitySpec) -> None:
         )
 
 
-def measure_cell(spec: QualitySpec, settings: ClientSettings, cell_dir: Path, cell_id: str) -> dict[str, Any]:
+def measure_cell(
+    spec: QualitySpec,
+    settings: ClientSettings,
+    cell_dir: Path,
+    cell_id: str,
+    *,
+    prompt_logprobs: bool = False,
+    backend: str = "this server",
+) -> dict[str, Any]:
     """A campaign cell's quality run into ``cell_dir/quality.json``, against the baseline if one is named."""
     label = cell_id.split("__", 1)[0]
     baseline = baseline_answers(spec.baseline, cell_id, label)
@@ -325,6 +352,8 @@ def measure_cell(spec: QualitySpec, settings: ClientSettings, cell_dir: Path, ce
         endpoint=spec.endpoint,
         out=cell_dir / QUALITY_FILE,
         baseline=baseline,
+        prompt_logprobs=prompt_logprobs,
+        backend=backend,
     )
 
 
@@ -344,7 +373,8 @@ def gate(trial: Path, untuned: Path, min_agreement: float, max_rate_drop: float)
 
     It passes when at least ``min_agreement`` of the items both answered get the same normalized
     output, no pass rate (exact, length_ok) falls by more than ``max_rate_drop``, no failure
-    rate (invalid_json, truncated, refused) rises by more, and no more requests fail.
+    rate (invalid_json, truncated, refused) rises by more, the perplexity (where both measured
+    it) rises by no more than that share of the untuned one, and no more requests fail.
     """
     if not trial.is_file() or not untuned.is_file():
         return None, "not measured"
@@ -361,6 +391,9 @@ def gate(trial: Path, untuned: Path, min_agreement: float, max_rate_drop: float)
             problems.append(f"{key} {rates[key]:.0%} vs {base[key]:.0%} untuned")
     if rates["failed"] > base["failed"]:
         problems.append(f"{rates['failed']} requests failed ({base['failed']} untuned)")
+    mine_ppl, base_ppl = rates.get("perplexity"), base.get("perplexity")
+    if mine_ppl is not None and base_ppl is not None and mine_ppl > base_ppl * (1 + max_rate_drop):
+        problems.append(f"perplexity {mine_ppl:.3f} vs {base_ppl:.3f} untuned (+{mine_ppl / base_ppl - 1:.1%})")
     if problems:
         return False, "; ".join(problems)
     return True, f"agreement {agreement:.0%}" if agreement is not None else "no shared answers"

@@ -18,9 +18,9 @@ alone, and the why says so. A gate that cannot be judged (P99 unsupported by the
 metric one side lacks) is listed under :attr:`Comparison.not_judged` with the reason.
 
 Speed thresholds are relative to the baseline's value, quality thresholds are absolute
-shares (:mod:`bakeoff.analysis.thresholds`). A regression makes the command exit 1, so a pipeline
-can gate on it, and names the configuration to roll back to: the baseline's backend,
-knobs, image digest and framework version.
+shares, but for the relative perplexity (:mod:`bakeoff.analysis.thresholds`). A regression
+makes the command exit 1, so a pipeline can gate on it, and names the configuration to roll
+back to: the baseline's backend, knobs, image digest and framework version.
 """
 
 from __future__ import annotations

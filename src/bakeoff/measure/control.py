@@ -90,12 +90,17 @@ def call(
     timeout_s: float = 5.0,
     data: bytes | None = None,
     body_limit: int = BODY_LIMIT,
+    content_type: str | None = None,
 ) -> Answer:
-    """One control request; the answer, an HTTP error status or no answer, never an exception."""
+    """One control request; the answer, an HTTP error status or no answer, never an exception.
+
+    ``content_type``: of ``data`` (``application/json``), set here since callers' headers may not.
+    """
     check_headers(headers or {}, "control request headers")
     if data is None and method in ("POST", "PUT"):
         data = b""
-    request = urllib.request.Request(url, method=method, data=data, headers=dict(headers or {}))
+    sent = dict(headers or {}) | ({"Content-Type": content_type} if content_type else {})
+    request = urllib.request.Request(url, method=method, data=data, headers=sent)
     try:
         with _opener(url).open(request, timeout=timeout_s) as resp:
             return Answer(url, int(resp.status), resp.read(body_limit), str(resp.reason or ""))

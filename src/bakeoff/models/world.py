@@ -295,8 +295,8 @@ def corpus(recipe: WorldRecipe, *, held_out: bool = False, documents: int | None
 
 def exam(recipe: WorldRecipe, *, per_group: int = 40) -> list[dict[str, Any]]:
     """The quality set: exact-answer items in trained and held-out phrasings, long-context recall
-    items (a passage of ``recipe.recall_facts`` facts, asked about the first), and free continuations whose
-    greedy text is compared with a baseline's.
+    items (a passage of ``recipe.recall_facts`` facts, asked about the first), free continuations whose
+    greedy text is compared with a baseline's, and held-out documents scored for perplexity.
 
     Items are ``quality/*.jsonl`` objects (:mod:`bakeoff.campaign.quality`), with a ``group``.
     """
@@ -343,6 +343,16 @@ def exam(recipe: WorldRecipe, *, per_group: int = 40) -> list[dict[str, Any]]:
                 "min_words": 1,
                 "max_words": 200,
                 "max_tokens": 48,
+            }
+        )
+    # Held-out documents (another seed, as the model card's perplexity), scored by prompt logprobs.
+    for index, document in enumerate(corpus(recipe, held_out=True, documents=per_group // 2)):
+        items.append(
+            {
+                "id": f"held-out-text-{index:03d}",
+                "group": "held-out-text",
+                "kind": "perplexity",
+                "prompt": document.removesuffix(END),
             }
         )
     return items

@@ -44,7 +44,10 @@ def waterfall_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The baseline, then each step with its Δ against the step it was judged on."""
     base = data["baseline"]
     outcomes = {base["label"]: base}
-    groups = sorted({g for o in [base, *(s["outcome"] for s in data["steps"])] for g in o.get("exact_by_group") or {}})
+    every = [base, *(s["outcome"] for s in data["steps"])]
+    groups = sorted({g for o in every for g in o.get("exact_by_group") or {}})
+    # Only servers that return prompt logprobs are scored (vLLM, not llama.cpp): no column of blanks.
+    scored = any(o.get("perplexity") is not None for o in every)
 
     def row(outcome: dict[str, Any], decision: dict[str, Any] | None) -> dict[str, Any]:
         against = None if decision is None else outcomes.get(decision["against"])
@@ -69,6 +72,14 @@ def waterfall_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
             "Δ exact pts": _percent(None if decision is None else decision.get("exact_change")),
             **{f"exact {g} %": _percent((outcome.get("exact_by_group") or {}).get(g)) for g in groups},
             "word agreement %": _percent(None if decision is None else decision.get("word_agreement")),
+            **(
+                {
+                    "perplexity": outcome.get("perplexity"),
+                    "Δ perplexity %": _percent(None if decision is None else decision.get("perplexity_change")),
+                }
+                if scored
+                else {}
+            ),
             "draft acceptance %": _percent(outcome.get("spec_acceptance_rate")),
             "weights": dtypes.get("weights"),
             "KV cache": dtypes.get("kv_cache"),
@@ -101,7 +112,14 @@ def bound_text(data: dict[str, Any]) -> str:
     return (
         "Each step is measured on top of the last kept step and judged against it: kept while the "
         f"exact-answer rate falls by at most {bound['max_exact_drop']:.0%} and greedy outputs agree word "
-        f"for word at least {bound['min_word_agreement']:.0%}; otherwise rolled back, and the next step "
+        f"for word at least {bound['min_word_agreement']:.0%}"
+        + (
+            f", and the held-out perplexity (where the server returns prompt logprobs) rises by at most "
+            f"{bound['max_perplexity_rise']:.0%}"
+            if "max_perplexity_rise" in bound
+            else ""
+        )
+        + "; otherwise rolled back, and the next step "
         "starts again from the last kept one."
     )
 

@@ -23,6 +23,7 @@ from bakeoff.results import metric_table
 from bakeoff.results.layout import (
     QUALITY_FILE,
     QUALITY_RATES,
+    QUALITY_SCORES,
     REHEARSAL_BANNER,
     REHEARSAL_TAG,
     CellResult,
@@ -686,7 +687,8 @@ def campaign_title(campaign_dir: Path) -> str:
 
 
 def quality_table(campaign_dir: Path) -> pd.DataFrame:
-    """One row per cell that ran the quality set: its rates in percent (:mod:`bakeoff.campaign.quality`)."""
+    """One row per cell that ran the quality set: its rates in percent (:mod:`bakeoff.campaign.quality`)
+    and its perplexity, with why not where a server was not scored."""
 
     rows = []
     for path in sorted((campaign_dir / "cells").glob(f"*/{QUALITY_FILE}")):
@@ -696,8 +698,14 @@ def quality_table(campaign_dir: Path) -> pd.DataFrame:
         row: dict[str, Any] = {"server": server, "workload": workload, "answered": rates["answered"]}
         row["failed"] = rates["failed"]
         row.update({f"{name} %": None if rates[name] is None else 100 * rates[name] for name in QUALITY_RATES})
+        # Older quality.json files have no perplexity: not measured, like a server without prompt logprobs.
+        row.update({name: rates.get(name) for name in QUALITY_SCORES})
+        row["perplexity not measured"] = (result.get("perplexity") or {}).get("why_not")
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if not table.empty and table["perplexity not measured"].isna().all():
+        table = table.drop(columns="perplexity not measured")
+    return table
 
 
 def remeasured_table(campaign_dir: Path) -> pd.DataFrame:

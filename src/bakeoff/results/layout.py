@@ -25,6 +25,8 @@ LADDER_FILE = "ladder.json"
 LADDER_MARKDOWN = "ladder.md"
 # The rates a quality check reports, in the order the report shows them.
 QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "agreement", "word_agreement")
+# quality.json's other figures beside those shares: the held-out perplexity (bakeoff.campaign.perplexity).
+QUALITY_SCORES = ("perplexity",)
 REHEARSAL_MARKER = "rehearsal.json"
 AUTO_REPEATS = "repeats.json"  # repeats: auto — rounds run and why they stopped (bakeoff.campaign.execute)
 # Before every console line of a rehearsal (and after each stand-in's label in the report's tables).

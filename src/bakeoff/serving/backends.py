@@ -250,6 +250,11 @@ class BackendSpec(_Strict):
         default=None,
         description="tokens per prefix-cache block: only whole shared blocks are reused (1: any shared token run)",
     )
+    prompt_logprobs: bool = Field(
+        default=False,
+        description="its /v1/completions returns prompt logprobs (vLLM's prompt_logprobs): the quality set's "
+        "perplexity items are scored there (bakeoff.campaign.perplexity)",
+    )
     rehearsal_profile: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None, description="reference-server profile that stands in for this backend in a rehearsal"
     )

@@ -33,7 +33,8 @@ from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
 from bakeoff.measure.control import check_server
 from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization, tensor_types
 from bakeoff.models.model_source import ContainerModel, ModelSource
-from bakeoff.models.quantized import w4a16_checkpoint
+from bakeoff.models.quantized import SCHEMES as QUANTIZED_SCHEMES
+from bakeoff.models.quantized import quantized_checkpoint
 from bakeoff.models.quantized import weight_types as quantized_weight_types
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
@@ -110,9 +111,9 @@ def _process(ctx: LaunchContext) -> Started:
         if ctx.draft_dir is not None:
             # A draft for llama.cpp is a GGUF too; the draft runs in bf16 whatever the target's type.
             draft = {"draft_model": str(convert_to_gguf(ctx.draft_dir))}
-    elif model_file_choice(backend, ctx.server.knobs) == "w4a16":
+    elif (scheme := model_file_choice(backend, ctx.server.knobs)) in QUANTIZED_SCHEMES:
         # vLLM reads 4-bit weights from a checkpoint quantized beforehand (GPTQ, cached).
-        checkpoint = w4a16_checkpoint(model_dir)
+        checkpoint = quantized_checkpoint(model_dir, str(scheme))
         model_arg, weights = str(checkpoint), quantized_weight_types(checkpoint)
     port = ctx.host_port()
     launch = render_launch(
