@@ -12,6 +12,7 @@ from bakeoff.campaign.quality import (
     QUALITY_FILE,
     baseline_answers,
     check,
+    gate,
     load_prompt_set,
     parse_json_answer,
     quality_settings,
@@ -203,3 +204,19 @@ def test_the_reports_quality_table_gives_perplexity_and_why_a_server_has_none(tm
     # Where every server was scored there is no column of blanks.
     write_json(tmp_path / "cells" / "llamacpp__sweep" / QUALITY_FILE, scored)
     assert "perplexity not measured" not in quality_table(tmp_path).columns
+
+
+def test_a_tune_trial_whose_perplexity_rises_past_the_allowed_drop_fails_the_gate(tmp_path: Path) -> None:
+    answers = [{"id": "e1", "kind": "exact", "output": "Fibi", "error": None}]
+    rates = {"failed": 0, **dict.fromkeys(QUALITY_RATES)}
+
+    def result(name: str, perplexity: float | None) -> Path:
+        write_json(tmp_path / name, {"answers": answers, "rates": {**rates, "perplexity": perplexity}})
+        return tmp_path / name
+
+    untuned = result("untuned.json", 3.0)
+    passed, why = gate(result("worse.json", 3.3), untuned, min_agreement=0.9, max_rate_drop=0.05)
+    assert passed is False and why == "perplexity 3.300 vs 3.000 untuned (+10.0%)"
+    assert gate(result("close.json", 3.1), untuned, min_agreement=0.9, max_rate_drop=0.05)[0] is True
+    # A trial on a server without prompt logprobs is judged on its answers alone.
+    assert gate(result("unscored.json", None), untuned, min_agreement=0.9, max_rate_drop=0.05)[0] is True
