@@ -414,6 +414,113 @@ def test_served_as_a_process_in_a_profile() -> None:
         assert models["data"][0] == {"id": MODEL, "object": "model", "owned_by": "sglang"}
 
 
+# --- prompt logprobs (vLLM's completions fields; bakeoff.ref.logprobs) ---------------------
+
+ASKED = {"prompt_logprobs": 0, "return_token_ids": True}
+
+
+def _prompt_report(answer: dict[str, Any], prompt: str, logprob: float) -> None:
+    """One non-streamed answer holds vLLM's prompt logprobs for ``prompt``, every token at ``logprob``."""
+    choice = answer["choices"][0]
+    words = prompt.split()
+    ids, entries = choice["prompt_token_ids"], choice["prompt_logprobs"]
+    assert len(ids) == len(entries) == len(words) == answer["usage"]["prompt_tokens"]
+    assert all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+    assert entries[0] is None  # nothing precedes the first prompt token
+    for word, token, entry in zip(words[1:], ids[1:], entries[1:], strict=True):
+        assert list(entry) == [str(token)]  # prompt_logprobs 0: the prompt token alone, keyed by its id
+        stat = entry[str(token)]
+        assert stat["logprob"] == logprob and isinstance(stat["rank"], int) and stat["rank"] >= 1
+        assert stat["decoded_token"].strip() == word and stat["decoded_token"][0].isspace()
+    # The answer's own ids: one per completion token.
+    assert len(choice["token_ids"]) == answer["usage"]["completion_tokens"] == len(choice["text"].split())
+
+
+@pytest.mark.parametrize("profile", ["vllm", "generic"])
+def test_prompt_logprobs_on_a_non_streamed_completion(profile: str) -> None:
+    prompt = "the cat sat on the mat\nand the dog"
+
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        planted = FAST.prompt_logprob
+        status, raw = await post(session, url, body(False, stream=False, prompt=prompt, **ASKED), chat=False)
+        assert status == 200, raw
+        first = orjson.loads(raw)
+        _prompt_report(first, prompt, planted)
+        ids = first["choices"][0]["prompt_token_ids"]
+        # Stable: the same word has the same id everywhere, other words others.
+        assert ids[0] == ids[4] == ids[7] and len({ids[1], ids[2], ids[3], ids[5]}) == 4
+        # The planted logprob is an option like any other, so it can be changed per request.
+        header = {"x-bakeoff-ref": orjson.dumps({"prompt_logprob": planted - 0.25}).decode()}
+        payload = body(False, stream=False, prompt=prompt, **ASKED)
+        status, raw = await post(session, url, payload, chat=False, headers=header)
+        assert status == 200
+        _prompt_report(orjson.loads(raw), prompt, planted - 0.25)
+        # Without return_token_ids the logprobs come alone; without either field nothing is added.
+        status, raw = await post(session, url, body(False, stream=False, prompt_logprobs=0), chat=False)
+        choice = orjson.loads(raw)["choices"][0]
+        assert len(choice["prompt_logprobs"]) == len(PROMPT.split()) and "prompt_token_ids" not in choice
+        status, raw = await post(session, url, body(False, stream=False), chat=False)
+        assert {"prompt_logprobs", "prompt_token_ids", "token_ids"}.isdisjoint(orjson.loads(raw)["choices"][0])
+
+    run(profile, check)
+
+
+def test_prompt_logprobs_refusals_as_vllm_answers_them() -> None:
+    """Streamed, prompt logprobs above 0 are a 400 in vLLM 0.32; 0 is accepted and the stream carries none."""
+
+    async def check(url: str, session: aiohttp.ClientSession) -> None:
+        status, raw = await post(session, url, body(False, prompt_logprobs=1), chat=False)
+        assert status == 400
+        assert orjson.loads(raw)["error"]["message"] == "`prompt_logprobs` are not available when `stream=True`."
+        status, raw = await post(session, url, body(False, prompt_logprobs=-1), chat=False)
+        assert status == 400 and b"stream=True" in raw
+        status, raw = await post(session, url, body(False, prompt_logprobs=0, return_token_ids=True), chat=False)
+        assert status == 200
+        chunks = [e for e in events(raw) if isinstance(e, dict)]
+        assert chunks and all("prompt_logprobs" not in c.get("choices", [{}])[0] for c in chunks if c["choices"])
+        assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]).split() == [f"w{i}" for i in range(4)]
+        for bad, message in ((-2, "must be a positive value or -1"), ("0", "must be an integer"),
+                             (1, "prompt_logprobs 0 (each prompt token's own logprob) only")):  # fmt: skip
+            status, raw = await post(session, url, body(False, stream=False, prompt_logprobs=bad), chat=False)
+            assert status == 400 and message in orjson.loads(raw)["error"]["message"], (bad, raw)
+
+    run("vllm", check)
+
+
+def test_prompt_logprobs_are_vllms_alone() -> None:
+    """SGLang's stand-in ignores the fields; TensorRT-LLM's refuses them as unknown, as TensorRT-LLM does."""
+
+    async def sglang(url: str, session: aiohttp.ClientSession) -> None:
+        status, raw = await post(session, url, body(False, stream=False, **ASKED), chat=False)
+        assert status == 200
+        assert {"prompt_logprobs", "prompt_token_ids"}.isdisjoint(orjson.loads(raw)["choices"][0])
+        status, _ = await post(session, url, body(False, prompt_logprobs=1), chat=False)
+        assert status == 200  # no stream check either: the field means nothing there
+
+    async def trtllm(url: str, session: aiohttp.ClientSession) -> None:
+        status, raw = await post(session, url, body(False, stream=False, **ASKED), chat=False)
+        assert status == 400 and b"prompt_logprobs" in raw and b"return_token_ids" in raw
+
+    run(SglangProfile(0.0, health_poll_s=0.0), sglang)
+    run("trtllm", trtllm)
+
+
+def test_prompt_logprobs_from_the_server_process_and_its_flag() -> None:
+    """Started by argv as a rehearsal starts it: ``--prompt-logprob`` plants the value; ids do not change
+    from one process to the next (a perplexity check compares runs)."""
+    prompt = "serving frameworks differ in their schedulers"
+    payload = orjson.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 2, **ASKED})
+    answers = []
+    for logprob in (-1.5, -2.75):
+        with serve_reference(model=MODEL, profile="vllm", ttft_ms=1, itl_ms=0, prompt_logprob=logprob) as url:
+            request = urllib.request.Request(url + "/v1/completions", data=payload, method="POST")
+            with urllib.request.urlopen(request) as resp:
+                answers.append(orjson.loads(resp.read()))
+        _prompt_report(answers[-1], prompt, logprob)
+    first, second = (a["choices"][0]["prompt_token_ids"] for a in answers)
+    assert first == second
+
+
 # --- the backend YAMLs against the profiles that stand in for them --------------------------
 
 

@@ -1,9 +1,11 @@
 """What the reference server is told, and how it keeps time.
 
 :class:`RefOptions` is how one request is answered (timing, chunking, usage, faults), set
-on the command line and overridable per request; :class:`Pacer` sleeps to absolute
-deadlines and :class:`ServerStats` reports how late each write went out; canned answers
-map prompts to the texts the quality checks plant. The server itself is :mod:`bakeoff.ref.server`.
+on the command line and overridable per request (among them the planted prompt logprob,
+:mod:`bakeoff.ref.logprobs`); :class:`Pacer` sleeps to absolute deadlines and
+:class:`ServerStats` reports how late each write went out; canned answers map prompts to the
+texts the quality checks plant (a rehearsal's stand-in answers its campaign's prompt set
+from such a file). The server itself is :mod:`bakeoff.ref.server`.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ class RefOptions:
     # step (0: off), of which the share spec_accept is accepted, spread evenly over the steps.
     spec_tokens: int = 0
     spec_accept: float = 0.0
+    # Planted prompt logprobs (bakeoff.ref.logprobs): the logprob of every prompt token a
+    # completions request with prompt_logprobs gets back; perplexity exp(1.5), about 4.48.
+    prompt_logprob: float = -1.5
 
     def __post_init__(self) -> None:
         timed = (self.ttft_ms, self.itl_ms, self.stall_s, self.answer_gap_ms, self.itl_per_running_ms,
@@ -74,6 +79,8 @@ class RefOptions:
             )
         if self.spec_tokens < 0 or not 0.0 <= self.spec_accept <= 1.0:
             raise ValueError("spec_tokens must be 0 (off) or more, spec_accept between 0 and 1")
+        if not -1e4 <= self.prompt_logprob <= 0.0:  # also refuses nan: a log-probability is finite and at most 0
+            raise ValueError(f"prompt_logprob must be between -10000 and 0, got {self.prompt_logprob}")
         if self.usage not in get_args(UsageMode):
             raise ValueError(f"usage must be one of {get_args(UsageMode)}, got {self.usage!r}")
         if self.fault not in get_args(Fault):

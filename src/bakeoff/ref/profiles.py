@@ -63,6 +63,13 @@ sglang  gauges spec_accept_length, spec_accept_rate (0 when off), counter     ob
 trtllm  counters trtllm_spec_decode_num_draft_tokens_total and                metrics/collector.py
         _num_accepted_tokens_total (no count of steps), gauge                 (specDecodingStats)
         trtllm_spec_decode_acceptance_length
+vllm    non-streamed completions: prompt_logprobs 0 -> choices[0]              completion/protocol.py
+        .prompt_logprobs (one entry a prompt token, the first null) and,      check_logprobs, completion/
+        with return_token_ids, prompt_token_ids; streamed, prompt_logprobs    serving.py (0.32.0 wheel);
+        above 0 -> 400 (bakeoff.ref.logprobs)                                 generic: the same
+sglang  prompt_logprobs and return_token_ids ignored (input logprobs come     this repository (not
+        through SGLang's own fields, not reproduced)                          reproduced)
+trtllm  prompt_logprobs and return_token_ids refused as unknown fields (400)  serve/openai_protocol.py
 ======= ===================================================================== ================================
 """
 
@@ -185,6 +192,7 @@ class SglangProfile(WireProfile):
     owner = "sglang"
     block = 1  # RadixAttention matches any token prefix (page size 1)
     keep_last = True
+    prompt_logprobs = False  # its input logprobs have fields of their own: not reproduced, ignored
     FLUSH_TEXT: ClassVar[str] = (
         "Cache flushed.\nPlease check backend logs for more details. "
         "(When there are running or waiting requests, the operation will not be performed.)\n"

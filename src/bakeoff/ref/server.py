@@ -18,7 +18,11 @@ the request) and reproduces the protocol quirks and failures seen on real server
   (:mod:`bakeoff.ref.speculation`);
 - a reasoning phase (chat, ``reasoning_tokens``): the first tokens of the answer go out in
   the profile's reasoning delta field, then the answer after ``answer_gap_ms``, with the
-  profile's reasoning count (or none) in usage.
+  profile's reasoning count (or none) in usage;
+- prompt logprobs (non-streamed completions with ``prompt_logprobs: 0``, and
+  ``return_token_ids``), as vLLM returns them, every prompt token at the planted
+  ``prompt_logprob``; the ids are the server's tokens (whitespace-separated words, as usage
+  counts them) under stable synthetic ids (:mod:`bakeoff.ref.logprobs`).
 
 Options are set on the command line and can be overridden per request with a JSON object
 in the ``x-bakeoff-ref`` header or a ``ref`` field of the request body. Sleeping until each
@@ -33,7 +37,9 @@ rehearsals of the GPU path; ``generic``, the default, is the quirk-switchable se
 In a framework profile the timing, fault and ``usage`` options still apply (``separate``,
 the default, is what all three do), the first-chunk options (``role_chunk``,
 ``content_key_missing``) are the framework's own, and a ``ref`` body field is an unknown
-field like any other (TensorRT-LLM refuses it: use the header).
+field like any other (TensorRT-LLM refuses it: use the header). Prompt logprobs are answered
+in the vLLM profile (and the generic one) only: SGLang's stand-in ignores the fields,
+TensorRT-LLM's refuses them as unknown, as those servers do not return them this way.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from aiohttp import web
 
 from bakeoff.ref.batching import Slots, first_token_ms, gap_ms
 from bakeoff.ref.cache import Counters
+from bakeoff.ref.logprobs import Asked, Refused, asked
 from bakeoff.ref.options import MODEL, Fault, RefOptions, ServerStats, UsageMode, canned_key, load_canned
 from bakeoff.ref.profiles import PROFILES, make_profile
 from bakeoff.ref.speculation import Drafts, split_at, step_sizes
@@ -154,6 +161,10 @@ class ReferenceServer:
             if opts.eos_after:
                 max_tokens = min(max_tokens, max(opts.eos_after, int(body.get("min_tokens") or 0)))
             prompt = " ".join(str(m.get("content", "")) for m in body["messages"]) if chat else str(body["prompt"])
+            # Prompt logprobs and token ids: vLLM's completions fields (bakeoff.ref.logprobs).
+            about = asked(body, prompt) if self.profile.prompt_logprobs and not chat else None
+        except Refused as exc:
+            return self.profile.error(400, str(exc))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return self.profile.error(400, f"bad request: {exc}")
         # A canned answer (--canned) ends on its own ("stop") unless max_tokens cuts it ("length").
@@ -172,7 +183,7 @@ class ReferenceServer:
         async with self.slots.held(self.counters) as waited:
             # The schedule starts once the request holds a slot (on arrival when it did not wait).
             start = time.monotonic() if waited else t0
-            return await self._serve(request, body, opts, chat, start, words, max_tokens, pieces, finish, faulty)
+            return await self._serve(request, body, opts, chat, start, words, max_tokens, pieces, finish, faulty, about)
 
     async def _serve(
         self,
@@ -186,6 +197,7 @@ class ReferenceServer:
         pieces: list[str] | None,
         finish: str,
         faulty: bool,
+        about: Asked | None = None,
     ) -> web.StreamResponse:
         key = self._next_key = self._next_key + 1
         cached = self.counters.admit(key, words, max_tokens)
@@ -218,7 +230,9 @@ class ReferenceServer:
                 gaps = (len(texts) - 1) * gap_ms(opts, self.counters.running)
                 await self.stats.pacer.until(t0 + (first_ms + gaps) / 1e3)
                 finished = True
-                return self._whole(chat, "".join(texts), usage, finish)
+                text = "".join(texts)
+                extra = about.fields(text, opts.prompt_logprob) if about is not None else {}
+                return self._whole(chat, text, usage, finish, extra)
             tail = usage if include_usage else None
             resp, finished = await self._stream(
                 request, opts, chat, t0, first_ms, texts, tail, faulty, finish, len(thinking)
@@ -243,12 +257,15 @@ class ReferenceServer:
         answering = self.profile.chunk_sizes(answer, opts.tokens_per_chunk) if answer else []
         return thinking, answering, Drafts()
 
-    def _whole(self, chat: bool, text: str, usage: dict[str, Any], finish: str = "length") -> web.Response:
+    def _whole(
+        self, chat: bool, text: str, usage: dict[str, Any], finish: str = "length", extra: dict[str, Any] | None = None
+    ) -> web.Response:
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
+        choice.update(extra or {})  # prompt logprobs and token ids, where asked for
         obj = {
             "id": "ref",
             "object": "chat.completion" if chat else "text_completion",

@@ -85,6 +85,7 @@ class TrtllmProfile(WireProfile):
     owner = "tensorrt_llm"
     block = 32  # KvCacheConfig.tokens_per_block
     keep_last = True
+    prompt_logprobs = False  # prompt_logprobs and return_token_ids are unknown fields: refused before this
     MAX_ITERATIONS: ClassVar[int] = 1000  # iter_stats_max_iterations: older stats are dropped
 
     def __init__(self, warmup_s: float = 0.0) -> None:

@@ -3,7 +3,8 @@
 A profile decides everything a client or bakeoff's probes can observe apart from timing and
 injected faults (those stay :class:`bakeoff.ref.options.RefOptions`): health semantics, request
 validation, the shape of every stream chunk, where usage goes, which metric names and types
-are exported at which paths, and how the prefix cache is reset. The generic profile is
+are exported at which paths, how the prefix cache is reset, and whether prompt logprobs are
+answered. The generic profile is
 bakeoff's own server, every quirk switchable per request; :mod:`bakeoff.ref.profiles` says
 what each framework profile reproduces and where each fact comes from.
 """
@@ -62,6 +63,9 @@ class WireProfile:
     owner: ClassVar[str] = "bakeoff"
     block: ClassVar[int] = 16
     keep_last: ClassVar[bool] = False
+    # Non-streamed completions answer prompt_logprobs and return_token_ids as vLLM does
+    # (bakeoff.ref.logprobs); a profile whose framework does not return them this way says False.
+    prompt_logprobs: ClassVar[bool] = True
 
     def __init__(self, warmup_s: float = 0.0) -> None:
         self.warmup_s = warmup_s
