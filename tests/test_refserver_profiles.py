@@ -236,6 +236,36 @@ def test_sglang_stream_shapes_and_zero_cache_details() -> None:
     run("sglang", check)
 
 
+@pytest.mark.parametrize("profile", ["generic", "vllm", "sglang", "trtllm"])
+def test_a_canned_answer_ends_on_its_own_in_every_profile(profile: str) -> None:
+    """A canned (quality) answer shorter than max_tokens ends with "stop" in every profile, in
+    SGLang's finish chunk of its own too; one max_tokens cuts ends with "length"."""
+    answer = "Paris is the answer"
+
+    async def main() -> list[list[str | None]]:
+        app = ReferenceServer(FAST, MODEL, profile=make_profile(profile, 0.0), canned={PROMPT: answer}).app()
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        reasons = []
+        try:
+            url = str(server.make_url("")).rstrip("/")
+            async with aiohttp.ClientSession() as session:
+                for max_tokens in (8, 2):
+                    _, raw = await post(session, url, body(True, max_tokens=max_tokens), chat=True)
+                    chunks = [e for e in events(raw) if isinstance(e, dict) and e["choices"]]
+                    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+                    assert text.split() == answer.split()[:max_tokens]
+                    reasons.append(
+                        [c["choices"][0].get("finish_reason") for c in chunks if c["choices"][0].get("finish_reason")]
+                    )
+        finally:
+            await server.close()
+        return reasons
+
+    whole, cut = asyncio.run(main())
+    assert whole == ["stop"] and cut == ["length"]
+
+
 def test_sglang_flush_refused_while_running_and_hit_rate_gauge() -> None:
     async def check(url: str, session: aiohttp.ClientSession) -> None:
         await post(session, url, body(False), chat=False)

@@ -274,10 +274,10 @@ class SglangProfile(WireProfile):
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
         return {**head, "choices": [choice], "usage": None}
 
-    def closing(self, head: dict[str, Any], *, chat: bool) -> bytes:
+    def closing(self, head: dict[str, Any], *, chat: bool, finish: str = "length") -> bytes:
         if not chat:
             return b""
-        choice = {"index": 0, "delta": self._delta(None, None), "logprobs": None, "finish_reason": "length",
+        choice = {"index": 0, "delta": self._delta(None, None), "logprobs": None, "finish_reason": finish,
                   "matched_stop": None}  # fmt: skip
         return sse({**head, "choices": [choice], "usage": None})
 

@@ -325,7 +325,7 @@ class ReferenceServer:
             data = prefix + sse(chunk)
             if i == last:
                 # The tail goes out in the same write: real servers flush it back to back.
-                data += profile.closing(head, chat=chat)
+                data += profile.closing(head, chat=chat, finish=finish)
                 if usage is not None and opts.usage == "separate":
                     data += sse(profile.usage_chunk(head, usage))
                 data += DONE_EVENT

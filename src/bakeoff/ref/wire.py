@@ -146,8 +146,8 @@ class WireProfile:
         """``usage`` of a reasoning answer: OpenAI's ``completion_tokens_details.reasoning_tokens`` here."""
         return {**usage, "completion_tokens_details": {"reasoning_tokens": reasoning}}
 
-    def closing(self, head: dict[str, Any], *, chat: bool) -> bytes:
-        """What follows the last content chunk, before the usage chunk."""
+    def closing(self, head: dict[str, Any], *, chat: bool, finish: str = "length") -> bytes:
+        """What follows the last content chunk, before the usage chunk (``finish``: the answer's finish reason)."""
         return b""
 
     def usage_chunk(self, head: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
