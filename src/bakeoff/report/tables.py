@@ -691,11 +691,13 @@ def quality_table(campaign_dir: Path) -> pd.DataFrame:
     and its perplexity, with why not where a server was not scored."""
 
     rows = []
+    # A rehearsal's rates are planted by its stand-ins (bakeoff.serving.stand_in_quality): marked like every table.
+    suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
     for path in sorted((campaign_dir / "cells").glob(f"*/{QUALITY_FILE}")):
         result = read_json(path)
         rates = result["rates"]
         server, _, workload = path.parent.name.partition("__")
-        row: dict[str, Any] = {"server": server, "workload": workload, "answered": rates["answered"]}
+        row: dict[str, Any] = {"server": server + suffix, "workload": workload, "answered": rates["answered"]}
         row["failed"] = rates["failed"]
         row.update({f"{name} %": None if rates[name] is None else 100 * rates[name] for name in QUALITY_RATES})
         # Older quality.json files have no perplexity: not measured, like a server without prompt logprobs.
