@@ -44,6 +44,7 @@ from bakeoff.serving.images import image_with_tag
 from bakeoff.serving.knobs import apply_pins
 from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.server_config import ServerConfig
+from bakeoff.serving.stand_in_quality import StandIn
 from bakeoff.workloads.kinds import MultiTurn, Trace, Workload
 from bakeoff.workloads.plan_store import plan_inputs, plans_match, save_plans
 from bakeoff.workloads.plans import PlanBuilder
@@ -62,6 +63,7 @@ class Cell:
     draft_dir: Path | None = None  # model.draft_path: mounted at /draft for speculative knobs
     client_processes: int | None = None  # load-generator processes per run; None: decided from the warm-up
     repeat: int = 1  # which repeat of the server x workload pair (1-based); each has its own folder
+    stand_in: StandIn | None = None  # a rehearsal's quality answers (bakeoff.campaign.rehearsal.stand_in_for)
 
     @property
     def cell_id(self) -> str:

@@ -10,6 +10,7 @@ before any server starts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import sys
 import time
@@ -26,6 +27,7 @@ from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
 from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
+from bakeoff.campaign.rehearsal import stand_in_for
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
@@ -81,7 +83,9 @@ def start_server(
     if cell.server.model_path is not None:
         # This server's own packaging of the model (a ModelOpt export, an AWQ folder).
         source = ModelSource(hf_id=None, local_dir=cell.server.model_path)
-    ctx = LaunchContext(cell.server, cell.backend, source, served_name, run_dir, cell.headers, cell.draft_dir)
+    ctx = LaunchContext(
+        cell.server, cell.backend, source, served_name, run_dir, cell.headers, cell.draft_dir, stand_in=cell.stand_in
+    )
     return launchers.start_server(ctx, rehearse=cell.rehearse)
 
 
@@ -106,6 +110,8 @@ def run_cell(
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
     source = resolve_model(spec.model)
     cell = _find_cell(spec, source, campaign_dir, server_label, workload_name, repeat)
+    if cell.rehearse:  # the stand-in answers the quality set, and knows the checkpoint it stands in for
+        cell = dataclasses.replace(cell, stand_in=stand_in_for(spec, campaign_dir, cell.server))
     cell_dir = campaign_dir / "cells" / cell.cell_id
     plans = load_plans(campaign_dir / "plans" / workload_name)
     tokenizer = load_tokenizer(source.tokenizer_dir())

@@ -11,7 +11,9 @@ kind       what runs
 process    the backend's command as a local process group (vLLM-CPU, llama.cpp)
 container  the backend's image under podman or docker (the GPU frameworks, vLLM-CPU image)
 rehearsal  the reference server in the backend's framework profile, standing in for the
-           container; the real container command is still rendered and recorded
+           container; the real container command is still rendered and recorded, and the
+           campaign's quality set is answered with planted answers
+           (:mod:`bakeoff.serving.stand_in_quality`)
 external   nothing: the server at ``url`` in the campaign (a hosted endpoint, a gateway)
 ========== ===============================================================================
 
@@ -36,6 +38,7 @@ from bakeoff.models.model_source import ContainerModel, ModelSource
 from bakeoff.models.quantized import SCHEMES as QUANTIZED_SCHEMES
 from bakeoff.models.quantized import quantized_checkpoint
 from bakeoff.models.quantized import weight_types as quantized_weight_types
+from bakeoff.results.store import write_json
 from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
 from bakeoff.serving.containers import container_run_args, render_container_launch, run_container
@@ -46,6 +49,16 @@ from bakeoff.serving.gpus import query_nvidia_smi
 from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, free_port, run_local_process
+from bakeoff.serving.stand_in_quality import (
+    BROKEN_EVERY,
+    CANNED_FILE,
+    LOSSY_PROMPT_LOGPROB,
+    PLANTED_FILE,
+    PROMPT_LOGPROB,
+    StandIn,
+    canned_answers,
+    lossy_settings,
+)
 
 if TYPE_CHECKING:
     from bakeoff.serving.server_config import ServerConfig
@@ -76,6 +89,7 @@ class LaunchContext:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold the API key
     draft_dir: Path | None = None  # the campaign's model.draft_path, for speculative decoding
     port: int | None = None  # the host port to serve on (bakeoff serve --port); None: a free one
+    stand_in: StandIn | None = None  # a rehearsal's quality answers and real checkpoint; None: no quality set
 
     def host_port(self) -> int:
         return self.port if self.port is not None else free_port()
@@ -181,17 +195,24 @@ def rehearsal_argv(
     prefix_caching: bool = True,
     reasoning: bool = False,
     draft_tokens: int = 0,
+    canned: Path | None = None,
+    prompt_logprob: float = PROMPT_LOGPROB,
 ) -> list[str]:
     """The reference server in one framework's profile, at the rehearsal's pace.
 
     Of the knobs, only ``prefix_caching`` (hits or none), ``reasoning_parser`` (thinking in
     its own field or not) and ``speculative`` (``draft_tokens`` a step, several tokens a
     chunk, the framework's draft counters) change what the wire shows, so the stand-in
-    honours those; every other knob is rendered into the recorded command only.
+    honours those; the lossy ones (quantized weights or KV cache) change what it answers:
+    ``canned`` (the quality set's answers, some planted wrong) and ``prompt_logprob``
+    (:mod:`bakeoff.serving.stand_in_quality`). Every other knob is rendered into the recorded
+    command only.
     """
     extra = ["--reasoning-tokens", str(REHEARSAL_REASONING_TOKENS)] if reasoning else []
     if draft_tokens:
         extra += ["--spec-tokens", str(draft_tokens), "--spec-accept", str(REHEARSAL_DRAFT_ACCEPTANCE)]
+    if canned is not None:
+        extra += ["--canned", str(canned)]
     return [
         sys.executable, "-m", "bakeoff.ref.server",
         "--profile", profile,
@@ -200,6 +221,7 @@ def rehearsal_argv(
         "--ttft-ms", str(REHEARSAL_TTFT_MS),
         "--itl-ms", str(REHEARSAL_ITL_MS),
         "--prefix-cache" if prefix_caching else "--no-prefix-cache",
+        "--prompt-logprob", str(prompt_logprob),
         *extra,
     ]  # fmt: skip
 
@@ -242,13 +264,34 @@ def rehearsed_container_command(
     return shell_words([*runtime_command(runtime), *args])
 
 
+def _plant_quality(ctx: LaunchContext, launch: RenderedLaunch) -> tuple[Path | None, float]:
+    """Write the stand-in's canned answers and the record of what it plants; return (canned file, prompt logprob).
+
+    The checkpoint judged is the stand-in's real one when the campaign names it, else the
+    launch's own model (``bakeoff serve --rehearse``, a single launch in a test).
+    """
+    stand_in = ctx.stand_in or StandIn(checkpoint=str(ctx.source.local_dir or ctx.source.hf_id or "") or None)
+    lossy = lossy_settings(launch.effective_knobs, stand_in.checkpoint)
+    canned, broken = canned_answers(stand_in.answers, lossy=bool(lossy))
+    path = ctx.run_dir / CANNED_FILE if stand_in.answers else None
+    if path is not None:
+        write_json(path, canned)
+    logprob = LOSSY_PROMPT_LOGPROB if lossy else PROMPT_LOGPROB
+    planted = {"lossy": lossy, "broken_every": BROKEN_EVERY, "broken_items": broken, "prompt_logprob": logprob}
+    write_json(ctx.run_dir / PLANTED_FILE, {**planted, "canned": path.name if path is not None else None})
+    return path, logprob
+
+
 @contextlib.contextmanager
 def _rehearsal(ctx: LaunchContext) -> Started:
     """The reference server in the framework's wire profile instead of its GPU container.
 
     Everything bakeoff itself does stays real: the container launch is rendered (and its
     config file written) exactly as for a GPU host, the health probe, metric scrapes and
-    cache resets go to the backend's own paths, and the handle says ``rehearsal``.
+    cache resets go to the backend's own paths, and the handle says ``rehearsal``. With a
+    quality set (``ctx.stand_in``) the stand-in answers it from a canned file written into
+    the run folder, wrong on a planted share of the items where the launch is lossy; what it
+    planted is recorded beside it (:mod:`bakeoff.serving.stand_in_quality`).
     """
     backend = ctx.backend
     assert backend.rehearsal_profile is not None and backend.container is not None
@@ -265,6 +308,7 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir, config_path=config)
     prefix_caching = launch.knobs.get("prefix_caching", True) is not False
     reasoning = launch.knobs.get("reasoning_parser") not in (None, "none")
+    canned, logprob = _plant_quality(ctx, launch)
     argv = rehearsal_argv(
         backend.rehearsal_profile,
         port=port,
@@ -272,6 +316,8 @@ def _rehearsal(ctx: LaunchContext) -> Started:
         prefix_caching=prefix_caching,
         reasoning=reasoning,
         draft_tokens=rehearsal_draft_tokens(launch),
+        canned=canned,
+        prompt_logprob=logprob,
     )
     stand_in = RenderedLaunch(backend, argv, {}, None, launch.knobs, launch.non_default)
     with run_local_process(
