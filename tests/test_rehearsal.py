@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,17 +21,19 @@ import pytest
 import yaml
 
 from bakeoff.campaign.execute import run_campaign
+from bakeoff.campaign.quality import QUALITY_FILE, load_prompt_set
 from bakeoff.campaign.rehearsal import rehearsal_spec
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.measure.client import ClientSettings
 from bakeoff.models.model_source import ModelSource
-from bakeoff.report.tables import speculative_table
+from bakeoff.report.tables import REHEARSAL_SUFFIX, quality_table, speculative_table
 from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
-from bakeoff.results.store import read_summary, write_json
+from bakeoff.results.store import read_json, read_summary, write_json
 from bakeoff.serving.backends import BackendSpec, load_backend
 from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
 from bakeoff.serving.server_config import ServerConfig
+from bakeoff.serving.stand_in_quality import BROKEN_EVERY, LOSSY_PROMPT_LOGPROB, PLANTED_FILE, PROMPT_LOGPROB
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
@@ -39,6 +42,10 @@ GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))
 # The first word of each framework's real server command, as it must appear in the
 # recorded container command line.
 SERVER_COMMANDS = {"vllm": "--entrypoint vllm", "sglang": "sglang.launch_server", "trtllm": "--entrypoint trtllm-serve"}
+# The shipped GPU servers whose launch is lossy (4-bit weights: the quantization knob, or
+# TensorRT-LLM's pre-quantized ModelOpt checkpoint): their stand-ins answer a planted share of
+# the quality set wrong and plant a lower prompt logprob. Every other shipped server is clean.
+LOSSY = {"gpu-7b-awq-int4": {"vllm-awq", "sglang-awq", "trtllm-w4a16-awq"}}
 
 
 def test_every_gpu_campaign_is_rehearsable() -> None:
@@ -184,6 +191,36 @@ class RehearsedCampaign:
                 config = _rehearsed_config(cell["dir"], backend)
                 for knob, value in cell["server"]["knobs"].items():
                     assert _launched_with(backend, knob, value, command, config), (label, knob, value)
+
+    def test_rehearsal_answers_the_quality_set_per_cell(self, rehearsed: Callable[[str], Path]) -> None:
+        """With ``quality:``, every cell's quality.json holds the rates its stand-in planted: all
+        right when the launch is clean, every BROKEN_EVERY-th item of each kind wrong when lossy."""
+        folder = rehearsed(self.campaign)
+        spec = load_campaign(folder / "campaign.yaml")
+        cells = _cells(folder)
+        lossy_labels = LOSSY.get(self.campaign, set())
+        assert lossy_labels <= {c["server"]["label"] for c in cells}
+        for cell in cells:
+            label, lossy = cell["server"]["label"], cell["server"]["label"] in lossy_labels
+            planted = read_json(cell["dir"] / PLANTED_FILE)
+            assert bool(planted["lossy"]) is lossy, (label, planted["lossy"])
+            assert planted["prompt_logprob"] == (LOSSY_PROMPT_LOGPROB if lossy else PROMPT_LOGPROB)
+            if spec.quality is None:
+                assert planted["canned"] is None and not (cell["dir"] / QUALITY_FILE).exists(), label
+                continue
+            items = load_prompt_set(spec.quality.prompts)
+            kinds = Counter(i.kind for i in items)
+            share = {kind: (n // BROKEN_EVERY) / n if lossy else 0.0 for kind, n in kinds.items()}
+            rates = read_json(cell["dir"] / QUALITY_FILE)["rates"]
+            assert (rates["answered"], rates["failed"], rates["truncated"], rates["refused"]) == (len(items), 0, 0, 0)
+            assert rates["exact"] == 1 - share["exact"], (label, rates)
+            assert rates["length_ok"] == 1 - share["free"], (label, rates)
+            assert rates["invalid_json"] == share["json"], (label, rates)
+            assert (rates["exact"] < 1) is lossy  # the shipped set has enough items of each kind to show it
+            assert cell["quality"] == rates  # cell.json carries the same rates
+        table = quality_table(folder)
+        assert len(table) == (len(cells) if spec.quality is not None else 0)
+        assert all(str(server).endswith(REHEARSAL_SUFFIX) for server in table.get("server", []))
 
     def test_rehearsal_report_is_marked_on_every_section(self, rehearsed: Callable[[str], Path]) -> None:
         html = (rehearsed(self.campaign) / "report.html").read_text()
