@@ -111,8 +111,9 @@ def _wrong(item: QualityItem) -> str:
 
 
 def stand_in_answers(items: list[QualityItem]) -> tuple[StandInAnswer, ...]:
-    """Each item of a prompt set with an answer that passes its checks and one that fails them."""
-    return tuple(StandInAnswer(i.id, i.kind, i.prompt, _right(i), _wrong(i)) for i in items)
+    """Each asked item of a prompt set with an answer that passes its checks and one that fails them
+    (``perplexity`` items are scored by prompt logprobs, not answered: none for them)."""
+    return tuple(StandInAnswer(i.id, i.kind, i.prompt, _right(i), _wrong(i)) for i in items if i.kind != "perplexity")
 
 
 def stand_in_for(spec: CampaignSpec, campaign_dir: Path, server: ServerConfig) -> StandIn:
