@@ -12,6 +12,7 @@ the agreement drop end to end.
 from __future__ import annotations
 
 import json
+import math
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -84,8 +85,9 @@ def _passed(answer: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("items", [_edges(), load_prompt_set("default")], ids=["edges", "default"])
 def test_each_stand_in_answer_passes_and_its_wrong_one_fails_its_kinds_check(items: list[QualityItem]) -> None:
     answers = stand_in_answers(items)
-    assert [a.item_id for a in answers] == [i.id for i in items]
-    for item, answer in zip(items, answers, strict=True):
+    asked = [i for i in items if i.kind != "perplexity"]  # scored by prompt logprobs: no answer planted
+    assert [a.item_id for a in answers] == [i.id for i in asked]
+    for item, answer in zip(asked, answers, strict=True):
         assert answer.prompt == item.prompt and answer.kind == item.kind
         assert _passed(_answered(item, answer.right)), (item.id, answer.right)
         assert not _passed(_answered(item, answer.wrong)), (item.id, answer.wrong)
@@ -165,7 +167,14 @@ def _rehearsed_quality(knobs: dict[str, Any], model: Path, run_dir: Path) -> tup
     )
     with start_server(ctx, rehearse=True) as (handle, _):
         settings = ClientSettings(handle.base_url, handle.model, extra_body=dict(backend.request.extra_body))
-        result = run_quality(settings, "default", concurrency=4, endpoint="chat", out=run_dir / QUALITY_FILE)
+        result = run_quality(
+            settings,
+            "default",
+            concurrency=4,
+            endpoint="chat",
+            out=run_dir / QUALITY_FILE,
+            prompt_logprobs=backend.prompt_logprobs,
+        )
         prompt = "the cat sat on the mat"
         answer = _completions(
             handle.base_url, {"model": handle.model, "prompt": prompt, "max_tokens": 2, "prompt_logprobs": 0}
@@ -178,7 +187,7 @@ def _rehearsed_quality(knobs: dict[str, Any], model: Path, run_dir: Path) -> tup
 
 
 def test_a_rehearsed_server_answers_the_quality_set_clean_or_planted_wrong(tmp_path: Path, tiny_model: Path) -> None:
-    items = load_prompt_set("default")
+    items = [i for i in load_prompt_set("default") if i.kind != "perplexity"]  # asked; the rest are scored
     kinds = Counter(i.kind for i in items)
     clean, clean_planted = _rehearsed_quality({"dtype": "float16"}, tiny_model, tmp_path / "clean")
     assert clean_planted["lossy"] == [] and clean_planted["prompt_logprob"] == PROMPT_LOGPROB
@@ -191,10 +200,14 @@ def test_a_rehearsed_server_answers_the_quality_set_clean_or_planted_wrong(tmp_p
         0,
         0,
     )
+    # The held-out texts scored through the stand-in's prompt logprobs: the planted logprob, exactly.
+    assert clean["rates"]["perplexity"] == pytest.approx(math.exp(-PROMPT_LOGPROB))
 
     lossy, planted = _rehearsed_quality({"dtype": "float16", "kv_cache_dtype": "fp8"}, tiny_model, tmp_path / "fp8")
     assert planted["lossy"] and planted["prompt_logprob"] == LOSSY_PROMPT_LOGPROB < PROMPT_LOGPROB
     rates = lossy["rates"]
+    assert rates["perplexity"] == pytest.approx(math.exp(-LOSSY_PROMPT_LOGPROB))
+    assert rates["perplexity"] > clean["rates"]["perplexity"]
     share = {kind: (n // BROKEN_EVERY) / n for kind, n in kinds.items()}
     assert rates["exact"] == 1 - share["exact"] < 1 and rates["length_ok"] == 1 - share["free"] < 1
     assert rates["invalid_json"] == share["json"] > 0 and rates["failed"] == 0
@@ -221,13 +234,15 @@ def test_a_rehearsed_int4_campaign_shows_the_quality_drop_against_an_fp16_baseli
         tmp_path / "int4.yaml", out_dir=tmp_path / "int4", only=[trtllm["label"]], rehearse=True
     ).parent
 
-    items = load_prompt_set(raw["quality"]["prompts"])
+    items = [i for i in load_prompt_set(raw["quality"]["prompts"]) if i.kind != "perplexity"]
     (before,) = [read_json(p) for p in (baseline / "cells").glob(f"*/{QUALITY_FILE}")]
     (after_path,) = list((folder / "cells").glob(f"*/{QUALITY_FILE}"))
     after, planted = read_json(after_path), read_json(after_path.parent / PLANTED_FILE)
     assert "pre-quantized" in planted["lossy"][0]  # read from the model_path: no quantization knob on TensorRT-LLM
     assert before["rates"]["exact"] == 1 and after["rates"]["exact"] < 1
     assert after["baseline_items"] == len(items)
+    # TensorRT-LLM returns no prompt logprobs in vLLM's form: its perplexity says why it is missing.
+    assert after["rates"]["perplexity"] is None and "TensorRT-LLM" in after["perplexity"]["why_not"]
     assert after["rates"]["agreement"] == 1 - len(planted["broken_items"]) / len(items) < 1
     # The report's quality table carries the rehearsal mark on every row, like its other tables.
     table = quality_table(folder)
