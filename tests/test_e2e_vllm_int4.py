@@ -67,7 +67,8 @@ def test_int4_weights_on_vllm_cpu_answer_the_exam_and_keep_their_perplexity(tmp_
     answers = [check(item, record) for item, record in zip(items, records, strict=True)]
     exact = sum(bool(a["exact"]) for a in answers) / len(answers)
     card = json.loads((model / "bakeoff-model.json").read_text())
-    assert exact > 5 * card["chance_rate"], [a["output"] for a in answers]
+    # 4 bits may cost a few answers, not the model's knowledge (chance is under 1%).
+    assert exact >= card["exact_rate"]["trained-phrasing"] - 0.15, [a["output"] for a in answers]
     # The same tokens scored (the server's tokenization is the reference's); 4 bits cost a little
     # perplexity, where a model they broke would score near its vocabulary (1536).
     reference, tokens = torch_perplexity(model, texts)
