@@ -9,6 +9,7 @@ worked, effort rows, no failed request — and that nothing of it can pass for a
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections import Counter
@@ -208,7 +209,7 @@ class RehearsedCampaign:
             if spec.quality is None:
                 assert planted["canned"] is None and not (cell["dir"] / QUALITY_FILE).exists(), label
                 continue
-            items = load_prompt_set(spec.quality.prompts)
+            items = [i for i in load_prompt_set(spec.quality.prompts) if i.kind != "perplexity"]  # asked
             kinds = Counter(i.kind for i in items)
             share = {kind: (n // BROKEN_EVERY) / n if lossy else 0.0 for kind, n in kinds.items()}
             rates = read_json(cell["dir"] / QUALITY_FILE)["rates"]
@@ -218,6 +219,10 @@ class RehearsedCampaign:
             assert rates["invalid_json"] == share["json"], (label, rates)
             assert (rates["exact"] < 1) is lossy  # the shipped set has enough items of each kind to show it
             assert cell["quality"] == rates  # cell.json carries the same rates
+            # Only vLLM's stand-in returns prompt logprobs: its planted one comes back as the perplexity.
+            scored = load_backend(cell["server"]["backend"]).prompt_logprobs
+            expected = math.exp(-planted["prompt_logprob"]) if scored else None
+            assert rates["perplexity"] == (pytest.approx(expected) if scored else None), (label, rates)
         table = quality_table(folder)
         assert len(table) == (len(cells) if spec.quality is not None else 0)
         assert all(str(server).endswith(REHEARSAL_SUFFIX) for server in table.get("server", []))
