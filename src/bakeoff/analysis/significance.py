@@ -50,7 +50,7 @@ from scipy.special import stdtr, stdtrit
 
 Better = Literal["higher", "lower"]
 Outcome = Literal["win", "loss", "equivalent", "undecided"]
-Method = Literal["paired t on log ratios", "Welch t on log values"]
+Method = Literal["paired t on log ratios", "Welch t on log values", "Tukey's range on round-pooled log values"]
 OUTCOMES: tuple[Outcome, ...] = ("win", "loss", "equivalent", "undecided")  # codes 0..3 of decide_many
 DECIDED: frozenset[str] = frozenset({"win", "loss", "equivalent"})
 
@@ -121,13 +121,22 @@ def decide_many(
     p = np.where(exact & (np.abs(d) <= 1e-12), 1.0, 2 * stdtr(df, -t))
     half = np.where(exact, 0.0, crit * se)
     lo, hi = d - half, d + half
+    return Tested(classify(d, lo, hi, p < alpha, better, min_effect), d, lo, hi, p, se, df)
+
+
+def classify(
+    d: Floats, lo: Floats, hi: Floats, significant: npt.NDArray[np.bool_], better: Better, min_effect: float
+) -> npt.NDArray[np.int64]:
+    """Codes into OUTCOMES of log ratios ``d`` with intervals ``[lo, hi]``: the one rule every test's verdict follows.
+
+    A win or loss is significant and at least the margin; equivalent lies wholly inside it.
+    """
     margin = math.log1p(min_effect)
-    significant = p < alpha
     good = d > 0 if better == "higher" else d < 0
     big = np.abs(d) >= margin - 1e-12
     inside = (lo >= -margin) & (hi <= margin)
     outcome = np.where(significant & big, np.where(good, 0, 1), np.where(inside, 2, 3))
-    return Tested(outcome.astype(np.int64), d, lo, hi, p, se, df)
+    return outcome.astype(np.int64)
 
 
 def detectable_log(se: float, df: float, alpha: float, power: float = POWER) -> float:
@@ -179,6 +188,7 @@ class Decision:
     min_effect: float
     alpha: float
     why: str | None = None  # no test could be made, and why
+    family: str | None = None  # the comparison is one of several held to one level: how (bakeoff.analysis.best)
 
     @property
     def change(self) -> float | None:
@@ -223,7 +233,16 @@ class Decision:
         if self.why is not None:
             return f"{self.outcome}: {self.why}"
         what = "".join((f" {unit}" if unit else "", f" vs {against}" if against else ""))
-        how = f"{self.method}, n={self.n_a} vs {self.n_b}, p={self.p:.2g}" if self.p is not None else ""
+        how = ", ".join(
+            part
+            for part in (
+                self.method,
+                f"n={self.n_a} vs {self.n_b}",
+                f"p={self.p:.2g}" if self.p is not None else None,
+                self.family,
+            )
+            if part
+        )
         text = f"{self.interval_text()}{what} ({how}) → {self.outcome}"
         evidence = self.evidence()
         return f"{text}: {evidence}" if evidence else text
@@ -243,18 +262,20 @@ def decide(
     paired: bool = False,
     min_effect: float = MIN_EFFECT,
     alpha: float = ALPHA,
+    family: str | None = None,
 ) -> Decision:
     """``a`` against ``b`` over their repeats (a mapping is slot -> value: repeat ``r`` ran in round ``r``).
 
     ``paired``: the repeats were interleaved, so the same slot is a pair; fewer than two common
     slots fall back to Welch. Below two repeats a side, or with a value that is not positive
-    (a ratio needs positive figures), the outcome is ``undecided`` with the reason.
+    (a ratio needs positive figures), the outcome is ``undecided`` with the reason. ``family``:
+    this comparison is one of several whose ``alpha`` was set for all of them, said how in its text.
     """
     sa, sb = _slots(a), _slots(b)
 
     def undecided(why: str) -> Decision:
         return Decision("undecided", better, None, None, None, None, None, len(sa), len(sb), None, None, None,
-                        min_effect, alpha, why)  # fmt: skip
+                        min_effect, alpha, why, family)  # fmt: skip
 
     if min(len(sa), len(sb)) < 2:
         return undecided(f"{min(len(sa), len(sb))} repeat(s) on one side: no noise to judge against (need ≥2)")
@@ -289,6 +310,7 @@ def decide(
         repeats_needed(noise, min_effect, alpha, paired=pair),
         min_effect,
         alpha,
+        family=family,
     )
 
 
