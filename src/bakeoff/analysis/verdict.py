@@ -9,13 +9,16 @@ For every workload (a sweep of loads: concurrency levels or request rates):
   (highest goodput, or output tok/s when the SLO sets no bound, among those meeting the SLO)
   and every other server's standing against it — *equivalent* within the campaign's
   ``min_effect``, *undecided* (with the difference the repeats could detect and the repeats
-  that would decide), or *loses* by X% [interval] — by
-  :func:`bakeoff.analysis.significance.decide` (Welch's t on log values, paired by round where
-  repeats interleave). The level's *winner* is the best server only when it beats every other;
+  that would decide), or *loses* by X% [interval] — every comparison at the load one family
+  held to the campaign's level, the choice of the best included (:mod:`bakeoff.analysis.best`:
+  the paired t between two servers, Tukey's range over round-pooled noise among more, a
+  Bonferroni-corrected pairwise rule where noise cannot be pooled). The level's *winner* is the
+  best server only when it beats every other;
 - the *matched load*: the highest load every server ran at which at least one met the SLO,
   the headline of the workload;
 - per level, the *framework verdict*: the best configuration of each backend against the best
-  of the other backends (a framework is not judged by its worst setting);
+  of the other backends (a framework is not judged by its worst setting), out of the same
+  family, so this second choice adds no false claim;
 - the cost per million output tokens of each server at the matched load.
 
 Every margin names its figure and unit (``-18.0% goodput req/s``: a relative change).
@@ -26,12 +29,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import yaml
 
+from bakeoff.analysis.best import Family, family, level_text
 from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
-from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, decide, look_alpha, planned_looks
+from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, look_alpha, planned_looks
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
 from bakeoff.results.layout import AUTO_REPEATS, load_cells
@@ -70,6 +73,7 @@ class LevelVerdict:
     load: float
     standings: list[Standing]
     min_effect: float
+    family: Family | None = None  # how the servers meeting the SLO were compared, at what level, and why
 
     @property
     def best(self) -> str | None:
@@ -249,27 +253,42 @@ def judge(
             for server, by_load in sorted(runs.items())
         ]
         standings.sort(key=lambda s: (not s.meets_slo, -(s.figure.value or 0.0)))
-        levels[load] = LevelVerdict(load, _against(standings, design), design.min_effect)
+        fam = _family(standings, design)
+        levels[load] = LevelVerdict(load, _against(standings, fam), design.min_effect, fam)
         if len({s.backend for s in standings}) > 1:
-            frameworks[load] = _frameworks(load, standings, design)
+            frameworks[load] = _frameworks(load, standings, fam)
     passing = [load for load, level in levels.items() if level.best is not None]
     matched = max(passing, default=None)
     return WorkloadVerdict(workload, axis, metric, sustained, matched, levels, frameworks)
 
 
-def _against(standings: list[Standing], design: Design) -> list[Standing]:
-    """The standings with each SLO-meeting server's decision against the first (the best)."""
+def _family(standings: list[Standing], design: Design) -> Family:
+    """Every server meeting the SLO at a load, as one family of comparisons at the campaign's level.
+
+    Repeats pair by round where the campaign interleaved and every server's repeats say their round.
+    """
+    contenders = [s for s in standings if s.meets_slo]
+    paired = design.paired and all(s.figure.by_slot for s in contenders)
+    samples = {s.server: s.figure.by_slot if paired else s.figure.values for s in contenders}
+    return family(samples, "higher", paired=paired, min_effect=design.min_effect, alpha=design.alpha)
+
+
+def _against(standings: list[Standing], fam: Family) -> list[Standing]:
+    """The standings with each SLO-meeting server's decision against the first (the best), within ``fam``."""
     if not standings or not standings[0].meets_slo:
         return standings
     best = standings[0]
     return [best] + [
-        replace(s, against_best=versus(s.figure, best.figure, "higher", design)) if s.meets_slo else s
-        for s in standings[1:]
+        replace(s, against_best=fam.versus(s.server, best.server)) if s.meets_slo else s for s in standings[1:]
     ]
 
 
-def _frameworks(load: float, standings: list[Standing], design: Design) -> FrameworkVerdict:
-    """Each backend's best configuration (standings are best first) against the best backend's."""
+def _frameworks(load: float, standings: list[Standing], fam: Family) -> FrameworkVerdict:
+    """Each backend's best configuration (standings are best first) against the best backend's.
+
+    A second choice among the same servers: its comparisons are the level's family's, whose
+    level covers every pair, so choosing each framework's best adds no false claim.
+    """
     firsts: dict[str, Standing] = {}
     for s in standings:
         if s.meets_slo:
@@ -278,21 +297,8 @@ def _frameworks(load: float, standings: list[Standing], design: Design) -> Frame
     tops = list(firsts.values())
     if not tops:
         return FrameworkVerdict(load, None, [], missing)
-    ranked = _against(tops, design)
+    ranked = _against(tops, fam)
     return FrameworkVerdict(load, ranked[0], ranked[1:], missing)
-
-
-def versus(a: Estimate, b: Estimate, better: Literal["higher", "lower"], design: Design) -> Decision:
-    """``a`` against ``b`` over their repeats, paired by round where the campaign interleaved and both know it."""
-    paired = design.paired and bool(a.by_slot) and bool(b.by_slot)
-    return decide(
-        a.by_slot if paired else a.values,
-        b.by_slot if paired else b.values,
-        better,
-        paired=paired,
-        min_effect=design.min_effect,
-        alpha=design.alpha,
-    )
 
 
 def _busy(repeats: list[RunSummary]) -> tuple[str, ...]:
@@ -347,7 +353,11 @@ def auto_repeats_note(campaign_dir: Path) -> str | None:
         return None
     note = f"Repeats: auto — {found.get('rounds')} round(s) of at most {found.get('max_repeats')}: {found.get('why')}"
     left = found.get("undecided") or []
-    return note + (f" (still undecided: {'; '.join(left)})" if left else "") + "."
+    looks = (
+        f" Each look held its claims to {level_text(ALPHA)} / the planned looks family-wise, so the level holds "
+        f"{level_text(ALPHA)} over every look and every choice of the best made in them."
+    )
+    return note + (f" (still undecided: {'; '.join(left)})" if left else "") + "." + looks
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -447,9 +457,13 @@ def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = N
         f"SLO: {bounds or 'none set (every request must succeed)'}, "
         f"{basis or 'judged on nearest-rank P99 per run, every repeat'}. "
         "Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of a "
-        "server's figure to the best one's as a % change [95% interval], by Welch's t on log values (paired by "
-        "round where repeats interleave); a win is significant and at least the campaign's min_effect, "
-        "equivalent lies wholly within ±min_effect, else undecided."
+        "server's figure to the best one's as a % change [interval]. Every claim at a load is held to one "
+        "family-wise level, the choice of the best server (and of each framework's best) included: between two "
+        "servers the paired t by round on log values (Welch's t where repeats do not pair); among three or more "
+        "measured in the same rounds, Tukey's studentized range over their log noise pooled by a server + round "
+        "fit; where that noise cannot be pooled, each pair's test at the level / the number of pairs "
+        "(Bonferroni). Each load names the rule it ran and its level. A loss or win is significant and at least "
+        "the campaign's min_effect, equivalent lies wholly within ±min_effect, else undecided."
     )
     lines += [f"\n{note}" for note in notes or []]
     for v in found:
@@ -461,6 +475,8 @@ def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = N
             if not level.standings:
                 continue
             lines.append(f"- at {_load_text(v.axis, load)}, ranked by {v.unit} (higher is better):")
+            if level.family is not None and level.family.kind != "none":
+                lines.append(f"  - compared by {level.family.rule}")
             best = level.best or level.standings[0].server
             for s in level.standings:
                 cost = ""
