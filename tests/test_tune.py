@@ -237,6 +237,23 @@ def test_the_pick_and_the_verdicts_fall_back_to_the_miss_where_nothing_met_the_s
     assert mixed["against"][0]["basis"] == "figure"
 
 
+def test_the_best_finalist_is_judged_at_the_level_of_the_family_it_was_chosen_from() -> None:
+    # Welch p = 0.007 for the best finalist against the untuned start: a win as the only finalist,
+    # not among five (chosen as the best of five, it is held to 5% / 15 pairs).
+    untuned = Candidate("a", {}, None, values=[100.0, 104.0, 97.0])
+    best = Candidate("a-1", {"max_num_seqs": 8}, 1, values=[114.0, 118.0, 112.0])
+    alone = pick("a", untuned, [best], TuneSpec(finalists=1, repeats=3))
+    assert alone.vs_untuned is not None and alone.vs_untuned.outcome == "win"
+    assert "Bonferroni" not in alone.vs_untuned.text
+    others = [Candidate(f"a-{i}", {"max_num_seqs": i}, i, values=[100.0 + i, 103.0, 98.0]) for i in range(2, 6)]
+    chosen = pick("a", untuned, [best, *others], TuneSpec(finalists=5, repeats=3))
+    assert chosen.chosen is untuned and chosen.vs_untuned is not None
+    assert (
+        chosen.vs_untuned.outcome == "undecided"
+        and "5% family-wise, Bonferroni over 15 pairs" in chosen.vs_untuned.text
+    )
+
+
 def test_an_interrupted_tune_resumes_without_measuring_finished_trials_again(
     planted: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

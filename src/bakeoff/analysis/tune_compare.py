@@ -17,6 +17,12 @@ not, goodput has no ratio either: the question becomes how often each side reach
 Fisher's exact test on the repeats with goodput above 0 (two-sided, at the verdict's ``ALPHA``):
 a side that met the SLO in 4 of 4 repeats against 0 of 4 wins (p = 0.03); 3 of 3 against 0 of 3
 (p = 0.1) stays ``undecided``, with what each side did. Never a ratio or a win on zeros.
+
+A tune compares within a family — its finalists and the untuned start, or the groups' picks —
+after choosing the best of it, so a caller passes the family's size (``among``): each test then
+runs at ``ALPHA`` / the pairs of the family (:func:`bakeoff.analysis.best.pairwise`, Bonferroni
+over every pair: the tune's repeats do not pair by round, so noise is not pooled), which keeps
+every claim of the family, the choice included, at ``ALPHA``, and each sentence says so.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from bakeoff.analysis.best import level_text, pairwise
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Outcome, decide, mean_interval
 
 Basis = Literal["figure", "slo_miss", "slo_reached"]
@@ -55,9 +62,11 @@ def compare(
     better: Literal["higher", "lower"] = "higher",
     *,
     min_effect: float = MIN_EFFECT,
+    among: int = 2,
 ) -> Comparison:
-    """``a`` against ``b`` over their repeats (one figure per repeat)."""
-    found = decide(list(a), list(b), better, min_effect=min_effect)
+    """``a`` against ``b`` over their repeats (one figure per repeat), two of a family of ``among``."""
+    alpha, family = pairwise(ALPHA, among)
+    found = decide(list(a), list(b), better, min_effect=min_effect, alpha=alpha, family=family)
     return Comparison(found.outcome, found.ratio, found.text())
 
 
@@ -68,17 +77,22 @@ def compare_goodput(
     b_miss: Sequence[float],
     *,
     min_effect: float = MIN_EFFECT,
+    among: int = 2,
 ) -> Comparison:
-    """Goodput ``a`` against ``b`` (one figure per repeat), or their SLO misses where neither met the SLO once."""
+    """Goodput ``a`` against ``b`` (one figure per repeat), or their SLO misses where neither met the SLO once.
+
+    ``among``: the size of the family the two belong to.
+    """
     if a and b and all(v <= 0 for v in (*a, *b)) and a_miss and b_miss:
-        found = decide(list(a_miss), list(b_miss), "lower", min_effect=min_effect)
+        alpha, family = pairwise(ALPHA, among)
+        found = decide(list(a_miss), list(b_miss), "lower", min_effect=min_effect, alpha=alpha, family=family)
         return Comparison(found.outcome, found.ratio, f"{NO_SLO_MET}: {found.text(unit='SLO miss')}", "slo_miss")
     if any(v <= 0 for v in (*a, *b)):  # some repeats without a request in the SLO: no ratio to test
-        return _reached_more_often(a, b)
-    return compare(a, b, min_effect=min_effect)
+        return _reached_more_often(a, b, among)
+    return compare(a, b, min_effect=min_effect, among=among)
 
 
-def _reached_more_often(a: Sequence[float], b: Sequence[float]) -> Comparison:
+def _reached_more_often(a: Sequence[float], b: Sequence[float], among: int) -> Comparison:
     """Which side reached the SLO (goodput above 0) in more of its repeats, by Fisher's exact test."""
     # scipy.stats costs about 1.5 s to import; only a tune where some repeats met no SLO needs it.
     from scipy.stats import fisher_exact
@@ -86,8 +100,12 @@ def _reached_more_often(a: Sequence[float], b: Sequence[float]) -> Comparison:
     a_met, b_met = (sum(1 for v in side if v > 0) for side in (a, b))
     table = [[a_met, len(a) - a_met], [b_met, len(b) - b_met]]
     p = float(fisher_exact(table, alternative="two-sided").pvalue)
-    within = f"requests within the SLO in {_share(a)} repeats against {_share(b)} (Fisher's exact test p = {p:.2g})"
-    if p < ALPHA:
+    alpha, family = pairwise(ALPHA, among)
+    level = f", {family}" if family else f" at {level_text(alpha)}"
+    within = (
+        f"requests within the SLO in {_share(a)} repeats against {_share(b)} (Fisher's exact test p = {p:.2g}{level})"
+    )
+    if p < alpha:
         outcome: Outcome = "win" if a_met / len(a) > b_met / len(b) else "loss"
         return Comparison(outcome, None, f"{outcome}: {within}", "slo_reached")
     return Comparison("undecided", None, f"undecided: {within}; a goodput of 0 has no ratio to test")

@@ -39,7 +39,9 @@ Then the noise-aware part: the best ``finalists`` of each group and its untuned 
 measured ``repeats`` times (repeat ``r`` of all of them, then ``r + 1``), the pick is the best
 finalist only where it *wins* against the untuned start by the comparison test
 (:mod:`bakeoff.analysis.tune_compare`), and the picks of the groups are compared with the same
-test, beside the comparison of the untuned starts. Where every repeat of both sides has
+test, beside the comparison of the untuned starts. Each of those is a family whose best was
+chosen from the data (the finalists with the untuned start; the groups' picks), so its tests
+share one 5% level (Bonferroni over its pairs), the choice included. Where every repeat of both sides has
 goodput 0, the test compares their SLO misses instead (lower is better), and says so. The report is
 :mod:`bakeoff.report.tune_report`.
 
@@ -578,11 +580,15 @@ def _rank_key(c: Candidate, objective: str) -> tuple[float, float, float]:
     return (c.sustained if objective == "max_load" else 0.0, c.mean(), -c.miss())
 
 
-def versus(a: Candidate, b: Candidate, objective: str, min_effect: float) -> Comparison:
-    """``a`` against ``b`` by the comparison test: on goodput, or on the SLO miss where neither met it once."""
+def versus(a: Candidate, b: Candidate, objective: str, min_effect: float, among: int) -> Comparison:
+    """``a`` against ``b`` by the comparison test: on goodput, or on the SLO miss where neither met it once.
+
+    ``among``: the candidates the best was chosen from, this pair included; every claim about them is
+    held to one level together (:mod:`bakeoff.analysis.tune_compare`).
+    """
     if objective == "pareto":  # throughput per GPU: no SLO in it
-        return compare(a.values, b.values, min_effect=min_effect)
-    return compare_goodput(a.values, b.values, a.misses, b.misses, min_effect=min_effect)
+        return compare(a.values, b.values, min_effect=min_effect, among=among)
+    return compare_goodput(a.values, b.values, a.misses, b.misses, min_effect=min_effect, among=among)
 
 
 @dataclass
@@ -601,8 +607,9 @@ def pick(group: str, untuned: Candidate, found: list[Candidate], tune: TuneSpec)
     if not ranked:
         return Pick(group, untuned, [], untuned, None, None)
     best = ranked[0]
-    vs_untuned = versus(best, untuned, tune.objective, tune.min_effect)
-    runner = versus(best, ranked[1], tune.objective, tune.min_effect) if len(ranked) > 1 else None
+    among = len(ranked) + 1  # the finalists and the untuned start: one family, its best chosen from the data
+    vs_untuned = versus(best, untuned, tune.objective, tune.min_effect, among)
+    runner = versus(best, ranked[1], tune.objective, tune.min_effect, among) if len(ranked) > 1 else None
     higher_load = tune.objective == "max_load" and best.sustained > untuned.sustained
     chosen = best if vs_untuned.outcome == "win" or higher_load else untuned
     return Pick(group, untuned, ranked, chosen, vs_untuned, runner)
@@ -617,7 +624,7 @@ def cross_verdict(picks: list[Pick], *, tuned: bool, min_effect: float, objectiv
     best_group, best = chosen[0]
     against = []
     for group, c in chosen[1:]:
-        found = versus(best, c, objective, min_effect)
+        found = versus(best, c, objective, min_effect, len(chosen))
         against.append(
             {"group": group, "outcome": found.outcome, "change": found.change, "text": found.text,
              "basis": found.basis}
