@@ -1,8 +1,12 @@
-"""The trained preset's cache, readiness and model card (training itself runs in `make models`)."""
+"""The trained preset's cache, shipped weights, readiness and model card.
+
+Training itself is the `training` tier (tests/test_training_tier.py, `make ship-trained`).
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +70,7 @@ def test_a_trained_model_is_trained_once_then_copied_from_the_cache(
         return card
 
     monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setattr(training, "shipped_weights", lambda recipe: None)  # a recipe bakeoff ships no weights for
     monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
     models = tmp_path / "models"
     assert not preset_is_ready(models / "trained", "trained")
@@ -93,3 +98,60 @@ def test_the_trained_tokenizer_has_the_words_benchmark_prompts_are_built_from(tm
     assert len(PromptFactory(load_tokenizer(tmp_path)).words) >= MIN_WORDS
     # Names are whole tokens (what lets a small model learn facts fast).
     assert tokenizer.tokenize(" Duri Fibi") == ["ĠDuri", "ĠFibi"]
+
+
+def test_the_shipped_weights_are_the_current_recipes_and_match_their_manifest() -> None:
+    for recipe in training.TRAINED_RECIPES.values():
+        folder = training.shipped_weights(recipe)
+        assert folder is not None, (
+            f"pretrained/ has no weights for {training.recipe_key(recipe)}: the recipe changed; "
+            "retrain and ship them with `make ship-trained`"
+        )
+        card = json.loads((folder / "bakeoff-model.json").read_text())
+        assert card["recipe_key"] == training.recipe_key(recipe) == folder.name
+        assert training.manifest_problems(folder) == []
+
+
+def test_a_fresh_machine_copies_the_shipped_weights_instead_of_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_training(*args: object, **kwargs: object) -> dict[str, Any]:
+        raise AssertionError("trained although the shipped weights fit the recipe")
+
+    monkeypatch.setattr(training, "train", no_training)
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
+    how = make_preset("trained-draft", tmp_path / "models" / "trained-draft")
+    assert how.startswith("copied the shipped weights pretrained/trained-draft-")
+    assert preset_is_ready(tmp_path / "models" / "trained-draft", "trained-draft")
+    assert make_preset("trained-draft", tmp_path / "again").startswith("copied from the cache")
+
+
+def test_shipped_weights_that_differ_from_their_manifest_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = training.shipped_weights(training.TRAINED_DRAFT)
+    assert source is not None
+    broken = tmp_path / "pretrained" / source.name
+    shutil.copytree(source, broken)
+    weights = broken / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(training, "shipped_weights", lambda recipe: broken)
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SpecError, match=r"model.safetensors: sha256 differs from SHA256SUMS.*--retrain"):
+        make_preset("trained-draft", tmp_path / "models" / "trained-draft")
+    assert not (tmp_path / "cache" / "models" / source.name).exists()
+
+
+def test_the_shipped_target_answers_its_exam_as_its_card_says() -> None:
+    """The shipped files are the model the card describes: greedy answers score the card's rates."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    folder = training.shipped_weights(training.TRAINED)
+    assert folder is not None
+    card = json.loads((folder / "bakeoff-model.json").read_text())
+    model = LlamaForCausalLM.from_pretrained(folder).float().eval()
+    rates = training.exam_rates(model, AutoTokenizer.from_pretrained(folder), training.TRAINED)
+    assert rates == pytest.approx(card["exact_rate"], abs=0.05)
+    assert min(rates.values()) > 10 * card["chance_rate"]

@@ -1,8 +1,8 @@
 """Where bakeoff finds what it ships and where it writes: one resolution for every install.
 
 What ships with bakeoff -- backends, notebooks, campaigns, docker files, quality prompt
-sets and sample traces (the project's top-level folders, :data:`SHIPPED_FOLDERS`) and the
-report templates -- resolves the same way from a source
+sets, sample traces, the trained presets' weights (the project's top-level folders,
+:data:`SHIPPED_FOLDERS`) and the report templates -- resolves the same way from a source
 checkout, an editable install and a wheel: through :mod:`importlib.resources`, where a
 wheel carries the top-level folders as ``bakeoff/_shipped/NAME`` (pyproject.toml maps
 them there), and otherwise from the checkout the package was imported from.
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bakeoff.errors import SpecError
 
-SHIPPED_FOLDERS = ("backends", "notebooks", "campaigns", "docker", "quality", "traces")
+SHIPPED_FOLDERS = ("backends", "notebooks", "campaigns", "docker", "quality", "traces", "pretrained")
 BACKENDS_ENV = "BAKEOFF_BACKENDS_DIR"
 MODELS_ENV = "BAKEOFF_MODELS_DIR"
 REPORTS_ENV = "BAKEOFF_REPORTS_DIR"

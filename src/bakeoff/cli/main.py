@@ -94,6 +94,11 @@ def _add_model_commands(sub: Subcommands) -> None:
     )
     make.add_argument("--preset", choices=list(PRESET_NAMES), required=True)
     make.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokenizer corpus")
+    make.add_argument(
+        "--retrain",
+        action="store_true",
+        help="trained presets: train even where the shipped weights or the cache have this recipe",
+    )
     make.add_argument("out_dir", nargs="?", type=Path, help="default: models/PRESET")
 
 
@@ -232,11 +237,11 @@ def cmd_model(args: argparse.Namespace) -> int:
         raise SpecError(f"out_dir: --preset {args.preset} also makes {COMPANIONS[args.preset]}; leave out_dir unset")
     for preset in (args.preset, *COMPANIONS.get(args.preset, ())):
         out = args.out_dir or models_dir() / preset
-        if preset_is_ready(out, preset, args.seed):
+        if preset_is_ready(out, preset, args.seed) and not args.retrain:
             print(f"{out}: already made (preset {preset}, seed {args.seed})")
         else:
-            make_preset(preset, out, args.seed)
-            print(f"{out}: made preset {preset} (seed {args.seed})")
+            how = make_preset(preset, out, args.seed, retrain=args.retrain)
+            print(f"{out}: made preset {preset}: {how}")
     return 0
 
 

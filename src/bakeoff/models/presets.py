@@ -27,14 +27,17 @@ def preset_is_ready(folder: Path, preset: str, seed: int = 0) -> bool:
     return model_is_ready(folder, preset, seed)
 
 
-def make_preset(preset: str, out_dir: Path, seed: int = 0) -> Path:
-    """Generate or train ``preset`` into ``out_dir`` (a trained one from the cache when it can)."""
+def make_preset(preset: str, out_dir: Path, seed: int = 0, *, retrain: bool = False) -> str:
+    """Generate or train ``preset`` into ``out_dir`` and say how: a trained one comes from the
+    cache or the shipped weights when it can (``retrain``: trained all the same)."""
     if preset in TRAINED_RECIPES:
         if seed != 0:
             raise SpecError(f"--seed: the {preset!r} preset is trained from a fixed recipe; leave --seed at 0")
-        trained_model(TRAINED_RECIPES[preset], out_dir, user_cache_dir())
-        return out_dir
-    return make_model(preset, out_dir, seed)
+        return trained_model(TRAINED_RECIPES[preset], out_dir, user_cache_dir(), retrain=retrain)
+    if retrain:
+        raise SpecError(f"--retrain: the {preset!r} preset has random weights, nothing to train; leave --retrain out")
+    make_model(preset, out_dir, seed)
+    return f"generated (seed {seed})"
 
 
 def resolve_model_dir(

@@ -9,11 +9,17 @@ model is examined the way a server will be: greedy answers to the quality set
 ``bakeoff-model.json`` and a ``README.md`` model card.
 
 Trained models are cached under ``<user cache>/models/<name>-<recipe hash>`` and copied into
-the models folder, so a second ``bakeoff model make --preset trained`` costs a copy.
+the models folder, so a second ``bakeoff model make --preset trained`` costs a copy. bakeoff
+ships the weights of the current recipes (``pretrained/<recipe key>/``, about 2 MB together,
+with a ``SHA256SUMS`` manifest checked on every copy): a fresh machine copies them instead of
+training for six minutes. A recipe change changes its key, so the shipped copy no longer
+matches and the model is trained (``make ship-trained`` retrains and ships the new weights);
+``--retrain`` trains whatever is shipped or cached.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -25,8 +31,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bakeoff.errors import SpecError
 from bakeoff.models.modelgen import Preset, llama_config, save_model, train_tokenizer
 from bakeoff.models.world import END, WorldRecipe, corpus, exam, recipe_digest
+from bakeoff.paths import shipped
 
 log = logging.getLogger(__name__)
 
@@ -261,22 +269,98 @@ Recipe key: `{card["recipe_key"]}`.
 """
 
 
-def trained_model(recipe: TrainRecipe, out_dir: Path, cache_dir: Path) -> dict[str, Any]:
-    """The trained model in ``out_dir``: from the cache when this recipe was trained before."""
+MANIFEST = "SHA256SUMS"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``SHA256SUMS`` over every file of a model folder (sha256sum's format: ``sha256sum -c`` reads it)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    lines = [f"{_digest(p)}  {p.relative_to(folder).as_posix()}" for p in files]
+    (folder / MANIFEST).write_text("\n".join(lines) + "\n")
+
+
+def manifest_problems(folder: Path) -> list[str]:
+    """Files of ``folder`` that differ from its manifest: missing, changed or unlisted."""
+    listed = {}
+    for line in (folder / MANIFEST).read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name] = digest
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
+    problems = [f"{name}: missing" for name in sorted(set(listed) - present)]
+    problems += [f"{name}: not in {MANIFEST}" for name in sorted(present - set(listed))]
+    problems += [
+        f"{name}: sha256 differs from {MANIFEST}"
+        for name in sorted(set(listed) & present)
+        if _digest(folder / name) != listed[name]
+    ]
+    return problems
+
+
+def shipped_weights(recipe: TrainRecipe) -> Path | None:
+    """The weights bakeoff ships for this exact recipe (``pretrained/<recipe key>``), if it ships them."""
+    try:
+        folder = shipped("pretrained") / recipe_key(recipe)
+    except SpecError:  # an install without the folder: train
+        return None
+    return folder if (folder / "bakeoff-model.json").is_file() else None
+
+
+def _from_shipped(source: Path, dest: Path) -> None:
+    problems = manifest_problems(source)
+    if problems:
+        raise SpecError(
+            f"pretrained/{source.name}: the shipped weights do not match their {MANIFEST} ({'; '.join(problems)}); "
+            "restore them (git checkout pretrained/) or retrain: bakeoff model make --preset trained --retrain"
+        )
+    shutil.copytree(source, dest)
+
+
+def trained_model(recipe: TrainRecipe, out_dir: Path, cache_dir: Path, *, retrain: bool = False) -> str:
+    """The trained model in ``out_dir``: from the cache, else the shipped weights, else trained.
+
+    ``retrain`` trains even when a cached or shipped copy exists (and replaces the cached one).
+    Returns where the weights came from, in words.
+    """
     cached = cache_dir / "models" / recipe_key(recipe)
-    if not (cached / "bakeoff-model.json").is_file():
+    origin = f"copied from the cache {cached}"
+    if retrain or not (cached / "bakeoff-model.json").is_file():
         partial = cached.with_name(cached.name + f".{os.getpid()}.partial")
         shutil.rmtree(partial, ignore_errors=True)
-        train(recipe, partial)
+        source = None if retrain else shipped_weights(recipe)
+        if source is not None:
+            _from_shipped(source, partial)
+            origin = f"copied the shipped weights pretrained/{source.name} (manifest checked)"
+        else:
+            card = train(recipe, partial)
+            write_manifest(partial)
+            origin = f"trained in {card['training']['seconds']:.0f} s"
         shutil.rmtree(cached, ignore_errors=True)
         partial.replace(cached)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     shutil.copytree(cached, out_dir)
-    card: dict[str, Any] = json.loads((cached / "bakeoff-model.json").read_text())
-    return card
+    return origin
 
 
 def trained_is_ready(out_dir: Path, recipe: TrainRecipe) -> bool:
     meta = out_dir / "bakeoff-model.json"
     return meta.is_file() and json.loads(meta.read_text()).get("recipe_key") == recipe_key(recipe)
+
+
+def ship(recipe: TrainRecipe, cache_dir: Path, pretrained: Path) -> Path:
+    """Copy this recipe's cached model into ``pretrained/<recipe key>`` (a checkout's shipped
+    weights), replacing the copies of earlier recipes of the same preset."""
+    cached = cache_dir / "models" / recipe_key(recipe)
+    if not (cached / "bakeoff-model.json").is_file():
+        raise SpecError(f"{cached}: not trained; run: bakeoff model make --preset {recipe.name} --retrain")
+    for old in pretrained.glob(f"{recipe.name}-*"):
+        if old.name.removeprefix(f"{recipe.name}-").isalnum():  # trained-draft-* is not trained's
+            shutil.rmtree(old)
+    dest = pretrained / recipe_key(recipe)
+    shutil.copytree(cached, dest)
+    write_manifest(dest)
+    return dest
