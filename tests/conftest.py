@@ -17,6 +17,8 @@ from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 from engines import EngineSet, StartingEngines, distinct_configurations
 
 REPO = Path(__file__).resolve().parents[1]
+# `--suite-times DIR`: each phase of `make test` writes where its time went (benchmarks/suite_time.py).
+pytest_plugins = ["suite_timing"]
 
 
 def _generated(preset: str) -> Path:
@@ -63,8 +65,10 @@ def _start_small_engines(model: Path) -> StartingEngines:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the shared engines as soon as tests that need them are selected, not when the first
     of them runs: their start (about a minute of both cores) overlaps the tests before it.
-    Not under pytest-xdist, whose every worker collects every test."""
-    if hasattr(session.config, "workerinput") or not model_is_ready(models_dir() / "small", "small"):
+    Not under pytest-xdist, whose every worker collects every test, nor for `--collect-only`."""
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return
+    if not model_is_ready(models_dir() / "small", "small"):
         return
     if any("small_engines" in getattr(item, "fixturenames", ()) for item in session.items):
         session.config.stash[_STARTING] = _start_small_engines(models_dir() / "small")

@@ -1,0 +1,73 @@
+"""Where `make test` spent its time: each phase's wall time, its engine starts and the slowest tests.
+
+``make test`` runs its three phases with ``--suite-times .suite-times`` (tests/suite_timing.py
+writes one JSON file a phase) and then this script, which prints the table the suite's budget
+is checked against (README, Development: 540 s after set-up on 2 cores)::
+
+    python benchmarks/suite_time.py [--dir .suite-times] [--slowest 10] [--budget 540]
+
+It exits 0 whatever the figures: a budget is reported, not asserted (a busy machine is not a
+failing test). Its last line says whether the phases together were within the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import NotRequired, TypedDict
+
+PHASES = ("lint", "unit", "precision", "engine")
+
+
+class SlowTest(TypedDict):
+    test: str
+    seconds: float
+
+
+class PhaseTiming(TypedDict):
+    """One phase's file, as tests/suite_timing.py writes it (lint's holds the first two keys only)."""
+
+    phase: str
+    wall_s: float
+    tests: NotRequired[int]
+    test_seconds: NotRequired[float]
+    engine_starts: NotRequired[dict[str, int]]
+    slowest: NotRequired[list[SlowTest]]
+
+
+def load(folder: Path) -> list[PhaseTiming]:
+    found: dict[str, PhaseTiming] = {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
+    return [found[name] for name in [*PHASES, *sorted(set(found) - set(PHASES))] if name in found]
+
+
+def table(phases: list[PhaseTiming], slowest: int, budget: float) -> str:
+    lines = ["| phase | wall s | tests | engine starts |", "|---|---:|---:|---|"]
+    total = 0.0
+    for phase in phases:
+        total += phase["wall_s"]
+        started = ", ".join(f"{n} {kind}" for kind, n in phase.get("engine_starts", {}).items()) or "none"
+        lines.append(f"| {phase['phase']} | {phase['wall_s']:.0f} | {phase.get('tests', '')} | {started} |")
+    lines.append(f"| **total** | **{total:.0f}** | | |")
+    tests = [(t["seconds"], phase["phase"], t["test"]) for phase in phases for t in phase.get("slowest", [])]
+    lines += ["", f"The {slowest} slowest tests (setup + call + teardown):", ""]
+    lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(tests, reverse=True)[:slowest]]
+    verdict = "within" if total <= budget else "OVER"
+    lines += ["", f"suite after set-up: {total:.0f} s, {verdict} the {budget:.0f} s budget"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=Path(".suite-times"))
+    parser.add_argument("--slowest", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=540.0)
+    args = parser.parse_args()
+    phases = load(args.dir)
+    if not phases:
+        raise SystemExit(f"no phase timings in {args.dir}: run `make test` (it passes --suite-times {args.dir})")
+    print(table(phases, args.slowest, args.budget))
+
+
+if __name__ == "__main__":
+    main()

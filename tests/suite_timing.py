@@ -1,0 +1,124 @@
+"""A pytest plugin that records where a phase of the suite spends its time (``--suite-times DIR``).
+
+``make test`` runs the suite in three phases (README, Development) and passes each
+``--suite-times .suite-times --suite-phase NAME``; at the end of the phase this writes
+``DIR/NAME.json``: the phase's wall time, its test count, each test's setup + call + teardown
+seconds (the session fixture a test is the first to use is charged to it, as pytest's own
+``--durations`` does) and the vLLM and llama.cpp servers started while it ran, counted from
+the process table (``engine_starts``: a process or a container). ``benchmarks/suite_time.py`` prints the table.
+
+Under pytest-xdist only the controller writes: it receives every worker's reports.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+import pytest
+
+# Command-line fragments of the engine servers a phase may start, on the host or in a container
+# (rootful podman's processes are the host's). A forked child that keeps its parent's command
+# line (vLLM's engine core) is not a second start.
+ENGINE_SIGNATURES = {
+    "vllm": ("vllm.entrypoints.openai.api_server", "vllm serve"),
+    "llama-server": ("llama-server",),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("suite timing")
+    group.addoption("--suite-times", metavar="DIR", default=None, help="write this phase's timing to DIR/PHASE.json")
+    group.addoption("--suite-phase", metavar="NAME", default="all", help="the phase's name in that file")
+
+
+def _kind(cmdline: list[str]) -> str | None:
+    line = " ".join(cmdline)
+    return next((kind for kind, marks in ENGINE_SIGNATURES.items() if any(m in line for m in marks)), None)
+
+
+class EngineStarts:
+    """Engine servers started on this machine since the phase began, by sampling the process table.
+
+    A sample every half second catches every start: an engine lives for tens of seconds.
+    """
+
+    def __init__(self) -> None:
+        self.since = time.time()
+        self.seen: dict[str, set[int]] = defaultdict(set)
+
+    def sample(self) -> None:
+        for proc in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
+            info = proc.info
+            if (info["create_time"] or 0) < self.since or not (kind := _kind(info["cmdline"] or [])):
+                continue
+            try:
+                if _kind(psutil.Process(info["ppid"]).cmdline()) == kind:
+                    continue
+            except psutil.Error:
+                pass
+            self.seen[kind].add(info["pid"])
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(pids) for kind, pids in sorted(self.seen.items())}
+
+
+class SuiteTiming:
+    def __init__(self, out_dir: Path, phase: str) -> None:
+        self.out_dir = out_dir
+        self.phase = phase
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.outcomes: dict[str, str] = {}
+        self.engines = EngineStarts()
+        self._sampling = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] += report.duration
+        if report.when == "call" or report.outcome != "passed":
+            self.outcomes[report.nodeid] = report.outcome
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> object:
+        self._sampling = True
+
+        def loop() -> None:
+            while self._sampling:
+                self.engines.sample()
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=loop, name="suite-timing-engines", daemon=True)
+        sampler.start()
+        try:
+            return (yield)
+        finally:
+            self._sampling = False
+            sampler.join(timeout=2)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.engines.sample()
+        slowest = sorted(self.seconds.items(), key=lambda kv: kv[1], reverse=True)
+        record = {
+            "phase": self.phase,
+            "wall_s": round(time.monotonic() - self.started, 1),
+            "tests": len(self.outcomes),
+            "test_seconds": round(sum(self.seconds.values()), 1),
+            "engine_starts": self.engines.counts(),
+            "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
+        }
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        target = self.out_dir / f"{self.phase}.json"
+        partial = target.with_suffix(".json.partial")
+        partial.write_text(json.dumps(record, indent=2) + "\n")
+        partial.replace(target)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    out = config.getoption("--suite-times", default=None)
+    if out is None or hasattr(config, "workerinput"):
+        return
+    config.pluginmanager.register(SuiteTiming(Path(out), config.getoption("--suite-phase")), "bakeoff-suite-timing")
