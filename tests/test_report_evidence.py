@@ -50,6 +50,20 @@ def test_the_scaling_finding_is_from_level_means_and_leaves_the_bound_to_the_dia
     assert not any("-bound" in n for n in findings), "which resource bounds a server is the diagnosis's to say"
 
 
+def test_a_sweep_whose_tpot_no_run_could_support_still_gets_its_scaling_finding(
+    tmp_path: Path, small_model: Path
+) -> None:
+    """A fast server's 16 tokens came in one read at every level (seen on vLLM-CPU with the tiny
+    model): TPOT is None in every row, and the finding says what it can without it."""
+    folder = planted.campaign_folder(tmp_path / "f", small_model, {"a": ("vllm-cpu", {}, planted.bandwidth_bound())})
+    frame = report.results_frame(folder).assign(tpot_ms_p50=None)
+    assert frame["tpot_ms_p50"].dtype == object
+    scaling = [n for n in report.diagnose(frame) if "grew" in n]
+    assert scaling == [
+        "a / sweep: throughput grew 8.0x from concurrency 1 to 16 (16x; means over repeats) — batching still pays."
+    ]
+
+
 def test_bandwidth_bound_is_read_from_the_roofline_fraction_and_cited() -> None:
     # Throughput scales in both; alone, one decodes at 87% of the floor and the other at 47%.
     near = classify("llamacpp", "w", planted.bandwidth_bound(), efficiency=0.87)

@@ -531,7 +531,10 @@ def diagnose(frame: pd.DataFrame) -> list[str]:
 def _scaling_notes(who: str, closed: pd.DataFrame) -> list[str]:
     """How throughput and latency moved from the lowest measured level to the highest (means over repeats)."""
     columns = ["output_tok_s", "tpot_ms_p50", "ttft_ms_p50", "ttft_ms_p99"]
-    by_level = closed.groupby("concurrency")[columns].mean(numeric_only=True).sort_index()
+    # A figure no run could support (TPOT where a fast server's chunks all came in one read) is
+    # None in every row, an object column that a numeric mean would drop: make it NaN instead.
+    numeric = closed[columns].apply(pd.to_numeric, errors="coerce").assign(concurrency=closed["concurrency"])
+    by_level = numeric.groupby("concurrency")[columns].mean().sort_index()
     if len(by_level) < 2:
         level = ", ".join(f"{c:g}" for c in by_level.index)
         return [
