@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -107,11 +108,19 @@ def test_serve_rehearses_a_gpu_backend_with_its_stand_in_and_the_real_command(tm
 
 
 def test_serve_refuses_a_knob_typo_and_a_busy_port_before_starting(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "serve", "llamacpp", "--model", "tiny", "--knob", "max_num_seq=2"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 2 and "did you mean 'max_num_seqs'" in done.stderr
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "bakeoff", "serve", "llamacpp", "--model", "tiny", *args]
+        return subprocess.run([*argv, "--log-dir", str(tmp_path / "log")], capture_output=True, text=True, timeout=60)
+
+    typo = serve("--knob", "max_num_seq=2")
+    assert typo.returncode == 2 and "did you mean 'max_num_seqs'" in typo.stderr, typo.stderr
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = serve("--knob", "max_num_seqs=2", "--port", str(port))
+    assert busy.returncode == 2, busy.stderr
+    assert f"--port {port}: already in use" in busy.stderr and "starting llamacpp" not in busy.stdout
     assert not (tmp_path / "log").exists()
 
 
