@@ -8,12 +8,13 @@ are all the real ones.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -25,9 +26,10 @@ from bakeoff.errors import ServerDiedError
 from bakeoff.measure.client import ClientSettings
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_journal, read_json, write_json
-from bakeoff.serving.death_watch import DeathWatch, process_probe
+from bakeoff.serving.death_watch import CONNECT_FAILURES, DeathWatch, ServerState, process_probe
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from polling import poll_until
 
 REQUESTS = 24
 BACKEND = """\
@@ -90,14 +92,6 @@ def journal(campaign: Path, cell: str) -> Path:
     return out_of(campaign) / "cells" / cell / "runs" / "c2" / "records.jsonl"
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def lines(path: Path) -> int:
     return len(path.read_bytes().splitlines()) if path.is_file() else 0
 
@@ -126,7 +120,7 @@ def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothi
     campaign: Path, stop: signal.Signals
 ) -> None:
     proc = start(campaign)
-    wait_for(lambda: lines(journal(campaign, "a__w")) >= 3, 60, "the first cell's first records")
+    poll_until(lambda: lines(journal(campaign, "a__w")) >= 3, 60, "the first cell's first records")
     procs = family(proc)
     assert any("ipykernel" in " ".join(p.cmdline()) for p in procs) and any(
         "bakeoff.ref.server" in " ".join(p.cmdline()) for p in procs
@@ -134,8 +128,10 @@ def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothi
     seen = lines(journal(campaign, "a__w"))
     sent = time.monotonic()
     proc.send_signal(stop)
-    output, _ = proc.communicate(timeout=20)
-    assert time.monotonic() - sent < 8, output
+    output, _ = proc.communicate(timeout=60)
+    # "Within seconds", one-sided and loose for a loaded machine; the campaign left alone would run
+    # on (cell b's server, notebooks and report), which the exit code and the cells below rule out.
+    assert time.monotonic() - sent < 20, output
     assert proc.returncode == 130, output
     assert_all_gone(procs)
     assert cell_info(campaign, "a__w")["status"] == "interrupted"
@@ -148,7 +144,7 @@ def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothi
 
 def test_sigkill_mid_cell_then_rerun_measures_every_cell_once_and_loses_nothing(campaign: Path) -> None:
     proc = start(campaign)
-    wait_for(lambda: lines(journal(campaign, "b__w")) >= 4, 90, "the second cell's first records")
+    poll_until(lambda: lines(journal(campaign, "b__w")) >= 4, 90, "the second cell's first records")
     first_cell = cell_info(campaign, "a__w")
     assert first_cell["status"] == "ok"
     procs = family(proc)
@@ -250,13 +246,57 @@ def test_process_probe_reads_the_exit_code_without_reaping_the_child() -> None:
 
 
 def test_consecutive_connect_failures_condemn_a_server_nobody_can_probe() -> None:
-    watch = DeathWatch(lambda: __import__("bakeoff.serving.death_watch").liveness.ServerState(None))
-    for i in range(5):
-        failed = RequestRecord(i, error_kind="connect")
-        watch.observe(failed)
-    assert watch.connect_failures == 5 and watch._in_a_row == 5
-    watch.observe(RequestRecord(9))
-    assert watch._in_a_row == 0 and watch.finished == 1
+    """A host that vanished does not even refuse: with a probe that can tell nothing, the guard
+    the runner runs beside the load ends it after CONNECT_FAILURES failed connects in a row, and
+    not before (an answer in between starts the count again)."""
+    looks: list[ServerState] = []
+
+    def unknown() -> ServerState:
+        looks.append(ServerState(None))
+        return looks[-1]
+
+    watch = DeathWatch(unknown)
+    before_the_last: dict[str, object] = {}
+
+    async def fail(request_id: int) -> None:
+        """One failed connect, then the guard's look at the server it prompted."""
+        seen = len(looks)
+        watch.observe(RequestRecord(request_id, error_kind="connect"))
+        async with asyncio.timeout(5):
+            while len(looks) == seen and watch.verdict is None:
+                await asyncio.sleep(0.001)
+
+    async def load(go: asyncio.Event) -> None:
+        await go.wait()
+        for i in range(CONNECT_FAILURES - 1):
+            await fail(i)
+        watch.observe(RequestRecord(100))  # an answer: the host is there
+        for i in range(CONNECT_FAILURES - 1):
+            await fail(200 + i)
+        before_the_last.update(verdict=watch.verdict, looks=len(looks))
+        await fail(300)
+        await asyncio.sleep(5)  # the rest of the plan; the guard cancels it
+
+    async def run() -> bool:
+        """As the runner does: the guard beside the load, stopped once the load ends."""
+        go = asyncio.Event()
+        task = asyncio.create_task(load(go))
+        guard = asyncio.create_task(watch.guard(task))
+        await asyncio.sleep(0)  # the guard is up and waiting before the first failure
+        go.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 15)
+        guard.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await guard
+        return task.cancelled()
+
+    cancelled = asyncio.run(run())
+    assert before_the_last == {"verdict": None, "looks": 2 * (CONNECT_FAILURES - 1)}
+    assert cancelled, "the guard should cancel the load"
+    assert watch.verdict is not None and watch.verdict.how == f"{CONNECT_FAILURES} connects in a row failed"
+    assert (watch.verdict.connect_failures, watch.verdict.requests_finished) == (2 * CONNECT_FAILURES - 1, 1)
+    assert watch.verdict.exit_code is None and watch.verdict.stream_cuts == 0
 
 
 def test_bench_exits_non_zero_when_the_server_dies(tmp_path: Path) -> None:
