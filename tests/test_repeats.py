@@ -98,5 +98,8 @@ def test_auto_repeats_never_call_a_win_between_identical_noisy_servers(tmp_path:
     assert found["why"] == "max_repeats reached" and found["undecided"] == ["sweep at concurrency 4: b vs a"]
     (verdict,) = verdicts(tmp_path)
     other = verdict.levels[4.0].standings[1].against_best
-    assert other is not None and other.outcome in ("equivalent", "undecided")
+    # Noise about 11% per round: the interval spans far more than the ±5% margin, so neither a win
+    # nor equivalence can be claimed after six rounds; undecided, as auto-repeats recorded.
+    assert other is not None and other.outcome == "undecided", other
+    assert other.lo < 0.95 and other.hi > 1.05
     assert other.alpha == pytest.approx(0.05 / 5)  # five planned looks (rounds 2..6) share the 5%
