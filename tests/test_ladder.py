@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.campaign.ladder import LadderResult, LadderSpec, StepOutcome, decide, outcome_of, waterfall_markdown
+from bakeoff.campaign.ladder import LadderSpec, StepOutcome, decide, outcome_of
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
 from bakeoff.results.layout import load_cells
 from bakeoff.results.store import read_json
 from history_planted import campaign_folder, summary
+from ladder_planted import run_planted_ladder
 
 SPEC = LadderSpec.model_validate(
     {"steps": [{"name": "x", "knobs": {"quantization": "q8_0"}}], "max_exact_drop": 0.05, "min_word_agreement": 0.5}
@@ -72,29 +73,56 @@ def test_a_slower_step_is_kept_only_where_the_campaign_says_speed_may_fall() -> 
     assert decide(for_memory, _outcome("bf16", 100.0, 0.60), _outcome("kv8", 60.0, 0.60)).kept
 
 
-def test_the_ladder_continues_from_the_last_kept_step() -> None:
-    base = _outcome("bf16", 100.0, 0.60)
-    int8 = _outcome("int8", 150.0, 0.60)
-    int4 = _outcome("int4", 220.0, 0.40)  # breaks the bound: rolled back
-    kv8 = _outcome("kv8", 160.0, 0.59)  # judged against int8, the last kept step
-    steps = []
-    kept = base
-    for outcome in (int8, int4, kv8):
-        decision = decide(SPEC, kept, outcome)
-        steps.append((outcome, decision))
-        kept = outcome if decision.kept else kept
-    assert [d.against for _, d in steps] == ["bf16", "int8", "int8"]
-    result = LadderResult(base, steps)
-    assert result.chain == ["bf16", "int8", "kv8"]
-    assert result.final is kv8
-    text = waterfall_markdown(result)
-    assert "| int4 | rolled back | int8 | 220.0 | +46.7 |" in text  # against int8's 150 tok/s
-    assert "| kv8 | kept | int8 | 160.0 | +6.7 |" in text
-    assert "`bf16` → `int8` → `kv8`" in text and "**Rolled back:** `int4`" in text
-    assert "+60% output tok/s against the baseline" in text
-    stored = result.to_json()
-    assert stored["final"]["chain"] == ["bf16", "int8", "kv8"]
+def test_the_ladder_continues_from_the_last_kept_step(tmp_path: Path, tiny_model: Path) -> None:
+    """``campaign run`` on a ladder, its cells planted (tests/ladder_planted.py): each step runs with
+    the last kept step's knobs and its own, and is judged against that step."""
+    steps = [
+        {"name": "int8", "knobs": {"quantization": "q8_0"}},  # 150 tok/s: kept
+        {"name": "int4", "knobs": {"quantization": "q4_0"}},  # 210 but exact falls 20 pts: rolled back
+        {"name": "kv8", "knobs": {"kv_cache_dtype": "q8_0"}},  # on int8: 135, 10% slower: rolled back
+        {"name": "seqs", "knobs": {"max_num_seqs": 8}},  # on int8 (not kv8): 165: kept
+        {"name": "spec", "knobs": {"speculative": "ngram"}},  # its cell fails: rolled back
+    ]
+    out, measured, reports = run_planted_ladder(tmp_path, tiny_model, {"steps": steps})
+    assert measured == [
+        {},
+        {"quantization": "q8_0"},
+        {"quantization": "q4_0"},
+        {"quantization": "q8_0", "kv_cache_dtype": "q8_0"},
+        {"quantization": "q8_0", "max_num_seqs": 8},
+        {"quantization": "q8_0", "max_num_seqs": 8, "speculative": "ngram"},
+    ]
+    stored = read_json(out / "ladder.json")
+    decided = [(s["decision"]["step"], s["decision"]["kept"], s["decision"]["against"]) for s in stored["steps"]]
+    assert decided == [
+        ("int8", True, "bf16"),
+        ("int4", False, "int8"),
+        ("kv8", False, "int8"),
+        ("seqs", True, "int8"),
+        ("spec", False, "seqs"),
+    ]
+    reasons = {s["decision"]["step"]: s["decision"]["reasons"] for s in stored["steps"]}
+    assert reasons["int4"] == ["exact-answer rate fell 20.0% (bound 5.0%)"]
+    assert reasons["kv8"] == ["output tok/s -10.0% against int8 (bound -5%)"]
+    assert reasons["spec"] == ["the step did not run (see its cell)"]
+    assert stored["final"]["chain"] == ["bf16", "int8", "seqs"]
     assert "answers" not in stored["baseline"]
+    text = (out / "ladder.md").read_text()
+    assert "| int4 | rolled back | int8 | 210.0 | +40.0 |" in text  # against int8's 150 tok/s
+    assert "| seqs | kept | int8 | 165.0 | +10.0 |" in text
+    assert "`bf16` → `int8` → `seqs`" in text and "**Rolled back:** `int4`, `kv8`, `spec`" in text
+    assert "+65% output tok/s against the baseline" in text
+    # Every step is one more server of a plain campaign beside the ladder's folder, and one report at the end.
+    derived = load_campaign(out / "ladder-campaign.yaml")
+    assert derived.ladder is None and [s.label for s in derived.servers] == [
+        "bf16",
+        "int8",
+        "int4",
+        "kv8",
+        "seqs",
+        "spec",
+    ]
+    assert reports == [out]
 
 
 def test_an_outcome_reads_the_cells_and_quality_of_a_campaign_folder(tmp_path: Path) -> None:

@@ -1,10 +1,9 @@
 """The ladder's waterfall and the speculative-decoding table in the report, from synthetic results
 (no engine, no kernel).
 
-The result is made the way a ladder campaign makes it (:func:`decide` on each step against
-the last kept one) and written as ``ladder.json``; the report's table, figure and final
-configuration are read back from that file, and the compare notebook's own ladder cell is
-run on it.
+``ladder.json`` is written by a ladder campaign run (``campaign run``, its cells planted:
+tests/ladder_planted.py); the report's table, figure and final configuration are read back
+from that file, and the compare notebook's own ladder cell is run on it.
 """
 
 from __future__ import annotations
@@ -23,9 +22,8 @@ from bakeoff.results.layout import LADDER_FILE
 from bakeoff.results.store import write_json
 from bakeoff.results.summary import Speculative, Stat
 from history_planted import campaign_folder, summary
+from ladder_planted import run_planted_ladder
 
-# min_speedup null: the planted kv8 step is kept although slower (a step tried for memory), so the
-# waterfall shows a kept step that cost throughput.
 SPEC = LadderSpec.model_validate(
     {
         "steps": [{"name": "x", "knobs": {"max_num_seqs": 2}}],
@@ -37,45 +35,33 @@ SPEC = LadderSpec.model_validate(
 SAME = {f"q{k}": "the capital of Oria is Fibi" for k in range(10)}
 
 
-def _step(label: str, tok_s: float | None, exact: float, *, drifted: int = 0, kv: str = "f16") -> StepOutcome:
-    answers = {k: ("something else entirely said" if i < drifted else v) for i, (k, v) in enumerate(SAME.items())}
-    return StepOutcome(
-        label,
-        {"step": label},
-        ran=tok_s is not None,
-        output_tok_s=tok_s,
-        tpot_ms_p50=None if tok_s is None else 1000 / tok_s,
-        peak_rss_mib=None if tok_s is None else 40.0,
-        dtypes={"weights": "Q8_0 x15" if label != "bf16" else "BF16 x16", "kv_cache": kv},
-        exact=exact,
-        exact_by_group={"trained-phrasing": exact, "held-out-phrasing": exact / 2},
-        answers=answers if tok_s is not None else {},
-        why=f"why {label}",
-    )
+# min_speedup null: the planted kv8 step is kept although slower (a step tried for memory), so the
+# waterfall shows a kept step that cost throughput.
+LADDER = {
+    "steps": [
+        {"name": "int8", "knobs": {"quantization": "q8_0"}, "why": "why int8"},
+        {"name": "int4", "knobs": {"quantization": "q4_0"}, "why": "why int4"},
+        {"name": "kv8", "knobs": {"kv_cache_dtype": "q8_0"}, "why": "why kv8"},
+        {"name": "spec", "knobs": {"speculative": "ngram"}, "why": "why spec"},
+    ],
+    "max_exact_drop": 0.05,
+    "min_word_agreement": 0.5,
+    "min_speedup": None,
+}
 
 
-def _ladder(tmp_path: Path) -> Path:
-    """bf16 100 tok/s -> int8 kept (150) -> int4 rolled back (exact falls) -> kv8 kept (135) -> spec did not run."""
-    base = _step("bf16", 100.0, 0.60)
-    steps = []
-    kept = base
-    for outcome in (
-        _step("int8", 150.0, 0.60),
-        _step("int4", 210.0, 0.40, drifted=3),
-        _step("kv8", 135.0, 0.59, kv="q8_0"),
-        _step("spec", None, 0.0),
-    ):
-        decision = decide(SPEC, kept, outcome)
-        steps.append((outcome, decision))
-        kept = outcome if decision.kept else kept
-    folder = tmp_path / "campaign"
-    folder.mkdir()
-    write_json(folder / LADDER_FILE, LadderResult(base, steps, SPEC).to_json())
-    return folder
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    """bf16 100 tok/s -> int8 kept (150) -> int4 rolled back (exact falls) -> kv8 kept (135) -> spec did not run.
+
+    Written by ``campaign run`` itself on planted cells (tests/ladder_planted.py); the tests only read it.
+    """
+    out, _, _ = run_planted_ladder(tmp_path_factory.mktemp("ladder"), tiny_model, LADDER)
+    return out
 
 
-def test_the_table_judges_each_step_against_the_last_kept_one(tmp_path: Path) -> None:
-    table = ladder_report.waterfall_table(_ladder(tmp_path)).set_index("step")
+def test_the_table_judges_each_step_against_the_last_kept_one(tmp_path: Path, ladder: Path) -> None:
+    table = ladder_report.waterfall_table(ladder).set_index("step")
     assert list(table.index) == ["bf16", "int8", "int4", "kv8", "spec"]
     assert list(table["decision"]) == ["baseline", "kept", "rolled back", "kept", "rolled back"]
     # kv8 follows a rollback: it is judged against int8, not int4 (the row above).
@@ -92,9 +78,9 @@ def test_the_table_judges_each_step_against_the_last_kept_one(tmp_path: Path) ->
     assert ladder_report.waterfall_table(tmp_path).empty  # no ladder.json: nothing to show
 
 
-def test_perplexity_columns_appear_only_where_a_step_was_scored(tmp_path: Path) -> None:
+def test_perplexity_columns_appear_only_where_a_step_was_scored(tmp_path: Path, ladder: Path) -> None:
     # The planted ladder is llama.cpp-like: no prompt logprobs, so no column of blanks.
-    assert "perplexity" not in ladder_report.waterfall_table(_ladder(tmp_path)).columns
+    assert "perplexity" not in ladder_report.waterfall_table(ladder).columns
     base = StepOutcome("f32", {}, ran=True, output_tok_s=100.0, exact=0.6, perplexity=3.0, answers=SAME)
     step = StepOutcome("w4a8", {}, ran=True, output_tok_s=90.0, exact=0.6, perplexity=3.3, answers=SAME)
     folder = tmp_path / "scored"
@@ -110,8 +96,8 @@ def test_perplexity_columns_appear_only_where_a_step_was_scored(tmp_path: Path) 
     )
 
 
-def test_the_final_configuration_and_its_rollback_chain(tmp_path: Path) -> None:
-    data = ladder_report.ladder_data(_ladder(tmp_path))
+def test_the_final_configuration_and_its_rollback_chain(ladder: Path) -> None:
+    data = ladder_report.ladder_data(ladder)
     assert data is not None
     text = ladder_report.final_markdown(data)
     assert "`kv8`" in text and "+35% output tok/s against the baseline" in text
@@ -119,8 +105,8 @@ def test_the_final_configuration_and_its_rollback_chain(tmp_path: Path) -> None:
     assert "at most 5%" in ladder_report.bound_text(data) and "at least 50%" in ladder_report.bound_text(data)
 
 
-def test_the_waterfall_moves_the_level_only_on_kept_steps(tmp_path: Path) -> None:
-    fig = ladder_report.waterfall_figure(_ladder(tmp_path))
+def test_the_waterfall_moves_the_level_only_on_kept_steps(tmp_path: Path, ladder: Path) -> None:
+    fig = ladder_report.waterfall_figure(ladder)
     top, bottom = fig.axes
     bars = [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_y() + p.get_height(), p.get_hatch()) for p in top.patches]
     # (position, from, to, hatch): the baseline from 0; int8 up from 100; int4 from int8's 150,
@@ -135,12 +121,12 @@ def test_the_waterfall_moves_the_level_only_on_kept_steps(tmp_path: Path) -> Non
     assert ladder_report.waterfall_figure(tmp_path) is None
 
 
-def test_the_compare_notebook_shows_the_ladder(tmp_path: Path) -> None:
+def test_the_compare_notebook_shows_the_ladder(tmp_path: Path, ladder: Path) -> None:
     """The notebook's own ladder cell, run on the folder with display() recorded."""
     cells = json.loads((shipped("notebooks") / "compare.ipynb").read_text())["cells"]
     (source,) = ["".join(c["source"]) for c in cells if "ladder_report" in "".join(c["source"])]
     shown: list[Any] = []
-    namespace = {"campaign": _ladder(tmp_path), "report": report, "display": shown.append, "Markdown": str}
+    namespace = {"campaign": ladder, "report": report, "display": shown.append, "Markdown": str}
     exec(compile(source, "compare.ipynb", "exec"), namespace)
     assert shown[0].startswith("## Optimization ladder")
     assert any(hasattr(s, "savefig") for s in shown)  # the waterfall figure
@@ -152,7 +138,7 @@ def test_the_compare_notebook_shows_the_ladder(tmp_path: Path) -> None:
     assert shown == []  # a campaign without a ladder shows no section
 
 
-def test_speculative_runs_show_itl_per_chunk_beside_per_token(tmp_path: Path) -> None:
+def test_speculative_runs_show_itl_per_chunk_beside_per_token(tmp_path: Path, ladder: Path) -> None:
     """A draft accepting 3 of 4 tokens: chunks of up to four tokens, 20 ms apart, 5 ms a token."""
     spec = summary(5.0, 200.0)
     spec.speculative = Speculative(
@@ -169,4 +155,4 @@ def test_speculative_runs_show_itl_per_chunk_beside_per_token(tmp_path: Path) ->
     assert table.loc["draft", "draft acceptance %"] == 75.0 and table.loc["draft", "accepted per step"] == 3.0
     assert table.loc["draft", "ITL P50 ms (per chunk)"] == 20.0 and table.loc["draft", "ITL/token P50 ms"] == 5.0
     assert table.loc["ngram", "ITL/token P50 ms"] == "unsupported"
-    assert report.speculative_table(_ladder(tmp_path)).empty
+    assert report.speculative_table(ladder).empty
