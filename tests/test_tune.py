@@ -10,13 +10,18 @@ The figures are never compared with millisecond expectations, only with each oth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
+import psutil
 import pytest
 import yaml
 
@@ -33,6 +38,7 @@ from bakeoff.results.store import read_json, read_summary
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.knobs import broken_constraints
 from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
+from polling import poll_until
 
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = 4
@@ -122,6 +128,9 @@ def test_the_tuner_finds_the_planted_optimum_and_rejects_the_broken_region(plant
     assert all(c["knobs"]["quantization"] == "none" for c in group["finalists"])
     # The pick is in the planted optimum's neighbourhood: slots for (about) the whole concurrency
     # (one slot short costs ~15% here, which noise on a busy machine can hide), a budget between the extremes.
+    # No millisecond is asserted: each bound is one-sided against a planted cost many times the noise
+    # (below 8 tokens the 96-token prompt takes 12+ prefill steps of 6 ms; above 256 each decode step
+    # gains 10+ ms on 3; one slot queues four requests), and the pick measured 6x the untuned start here.
     chosen = group["chosen"]
     assert chosen["trial"] is not None, group["vs_untuned"]
     assert chosen["knobs"]["max_num_seqs"] >= CONCURRENCY - 1, group["finalists"]
@@ -254,40 +263,81 @@ def test_the_best_finalist_is_judged_at_the_level_of_the_family_it_was_chosen_fr
     )
 
 
-def test_an_interrupted_tune_resumes_without_measuring_finished_trials_again(
+def finished_cells(out: Path) -> dict[str, int]:
+    """Cell folder -> its cell.json's mtime, for every cell measured to the end."""
+    found = {}
+    for info in (out / "cells").glob("*/cell.json"):
+        with contextlib.suppress(ValueError, OSError):  # a cell.json being replaced
+            if read_json(info).get("status") == "ok":
+                found[info.parent.name] = info.stat().st_mtime_ns
+    return found
+
+
+def server_mid_cell(proc: subprocess.Popen[str], out: Path) -> str | None:
+    """The cell under way, if any: a reference server runs in the folder of a cell not finished yet."""
+    done = finished_cells(out)
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "bakeoff.ref.server" in " ".join(child.cmdline()):
+                cwd = Path(child.cwd())
+                if cwd.parent == out / "cells" and cwd.name not in done:
+                    return cwd.name
+    return None
+
+
+def study_states(out: Path) -> list[optuna.trial.TrialState]:
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
+    return [t.state for t in optuna.load_study(study_name="ref", storage=storage).get_trials()]
+
+
+def test_ctrl_c_mid_trial_keeps_finished_trials_leaves_nothing_and_the_tune_resumes(
     planted: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Ctrl-C to a real ``bakeoff tune`` once a trial's server is up: it exits 130 with every
+    finished trial kept and nothing left running; the same command then measures only the rest."""
     path = write_campaign(planted, tiny_model, trials=4, finalists=1, repeats=2, seed=1, prune=False)
     out = planted / "out"
+    log = (planted / "tune.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff", "tune", str(path), "--out", str(out)],
+        stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        # The untuned start and the first trial measured, and the next trial's server running.
+        underway = poll_until(
+            lambda: len(finished_cells(out)) >= 2 and server_mid_cell(proc, out), 120, "a trial under way"
+        )
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        kept = finished_cells(out)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    said = (planted / "tune.log").read_text()
+    assert proc.returncode == 130, said
+    assert "interrupted: finished trials are kept in" in said, said
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+    assert finished_cells(out) == kept  # nothing finished was lost or touched
+    states = study_states(out)
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert states.count(optuna.trial.TrialState.FAIL) == 1  # the interrupted trial, queued to be measured again
+    assert states.count(optuna.trial.TrialState.COMPLETE) >= 1  # the first trial at least
+    assert read_json(out / "cells" / underway / "cell.json")["status"] == "interrupted"
+
     real = tuning.run_cell
-    calls: list[str] = []
-
-    def interrupted_on_the_fourth(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[1])  # (campaign_dir, label, workload, repeat)
-        if len(calls) == 4:  # the untuned start, two trials, then Ctrl-C in the third trial
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tuning, "run_cell", interrupted_on_the_fourth)
-    with pytest.raises(KeyboardInterrupt):
-        tune_campaign(path, out_dir=out)
-    finished = {p.parent.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
-    assert len(finished) == 3  # the untuned start and two trials; the third never started its server
-
-    measured: list[tuple[str, int]] = []
+    measured: list[tuple[str, int]] = []  # (label, repeat) of each cell run
     monkeypatch.setattr(tuning, "run_cell", lambda *a, **k: (measured.append((a[1], a[3])), real(*a, **k))[1])
     tune_campaign(path, out_dir=out)
-    # Nothing finished was measured again: its cell.json is the same file.
-    assert {n: (out / "cells" / n / "cell.json").stat().st_mtime_ns for n in finished} == finished
-    assert not {(calls[0], 1), (calls[1], 1), (calls[2], 1)} & set(measured)
-    assert (calls[3], 1) in measured  # the interrupted trial's configuration, measured now
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
-    study = optuna.load_study(study_name="ref", storage=storage)
-    states = [t.state for t in study.get_trials()]
+    # Nothing finished was measured again: its cell.json is the same file, its (label, repeat) not run.
+    assert {n: (out / "cells" / n / "cell.json").stat().st_mtime_ns for n in kept} == kept
+    assert not {(n.split("__")[0], 1) for n in kept} & set(measured)
+    assert (underway.split("__")[0], 1) in measured and underway in finished_cells(out)  # measured now
+    states = study_states(out)
     assert states.count(optuna.trial.TrialState.COMPLETE) == 4
-    assert states.count(optuna.trial.TrialState.FAIL) == 1  # the interrupted one, measured again as a new trial
-    interrupted = next(t for t in study.get_trials() if t.state == optuna.trial.TrialState.FAIL)
-    assert any(t.params == interrupted.params for t in study.get_trials() if t.state.is_finished() and t.values)
+    assert states.count(optuna.trial.TrialState.FAIL) == 1
 
 
 def test_spaces_are_checked_against_the_backend_before_anything_starts(planted: Path, tiny_model: Path) -> None:
