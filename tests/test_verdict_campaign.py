@@ -68,7 +68,10 @@ def test_twins_are_never_a_win_and_a_30_percent_gap_is_decided_within_max_repeat
     twin = stand["b" if best == "a" else "a"]
     assert twin is not None and twin.outcome in ("equivalent", "undecided")
     slow = stand["c"]
-    assert slow is not None and slow.outcome == "loss" and slow.change is not None and -0.35 < slow.change < -0.15
+    # Planted: a request is 5 + 15 x 10 ms against 5 + 15 x 13 ms, so c's output tok/s is 22% lower. Load
+    # on the machine adds the same client and scheduling delay to both sides, pulling the change towards 0,
+    # never past it: one-sided, with half the planted gap to spare.
+    assert slow is not None and slow.outcome == "loss" and slow.change is not None and slow.change < -0.10
     assert level.winner is None  # a twin is never beaten
     html = (out / "report.html").read_text()
     assert "Repeats: auto" in html and "round(s) of at most 3" in html
