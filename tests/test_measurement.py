@@ -225,18 +225,23 @@ def test_error_object_mid_stream(ref_url: str) -> None:
     assert record.error_kind == "protocol" and "engine error" in record.error
 
 
+# The stalling server sends its chunks, then nothing for an hour: only the client's own timeout ends
+# the request. Never before it is due (the server's sleeps and the timeout only add up), and long
+# before the stall would end (bounds one-sided and generous: no millisecond asserted beside other tests).
 def test_stall_longer_than_the_stall_timeout(ref_url: str) -> None:
     started = time.monotonic()
     record = one(settings(ref_url, {"fault": "stall", "itl_ms": 2.0}, stall_timeout_s=0.5))
     assert record.error_kind == "stall"
-    assert time.monotonic() - started < 3.0
-    assert e2e_ms(record) == pytest.approx(TTFT_MS + 7 * 2.0 + 500.0, abs=100.0)
+    assert time.monotonic() - started < 10.0
+    assert e2e_ms(record) >= TTFT_MS + 7 * 2.0 + 500.0 - 1.0  # 0.5 s of silence after the last of 8 chunks
 
 
 def test_request_timeout(ref_url: str) -> None:
+    started = time.monotonic()
     record = one(settings(ref_url, {"fault": "stall", "itl_ms": 50.0}, request_timeout_s=0.6, stall_timeout_s=5.0))
     assert record.error_kind == "timeout"
-    assert e2e_ms(record) == pytest.approx(600.0, abs=100.0)
+    assert time.monotonic() - started < 5.0  # before the 5 s stall timeout could end it
+    assert e2e_ms(record) >= 600.0 - 1.0
 
 
 def test_fault_every_nth_request(ref_url: str) -> None:
