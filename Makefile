@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 # The suite runs in three phases (README, Development): the tests that start no real engine on
 # pytest-xdist workers; the few that assert millisecond timing ("precision") alone, since a
 # third worker on 2 cores delays a client's reads by milliseconds; then the real-engine and
-# container tests one at a time, since each uses both cores and they share started engines.
+# container tests on two workers (an engine's start, a notebook kernel and an open-loop schedule
+# each leave a core idle much of the time).
 # JOBS is one more than the 2 cores this was tuned on (those tests wait on schedules and
 # kernels a third of the time); loadscope keeps a module, or a class, on one worker, so its
 # fixtures are set up once. Exit status 5 (nothing selected) is not a failure: PYTEST_ARGS
@@ -18,7 +19,9 @@ PYTEST_ARGS ?=
 JOBS ?= 3
 UNIT_TESTS := -m "not e2e and not container and not precision and not training" -n $(JOBS) --dist loadscope
 PRECISION_TESTS := -m "precision and not e2e and not container and not training"
-ENGINE_TESTS := -m "(e2e or container) and not training"
+# The real-engine phase on two workers: the tests that share the started small-model engines
+# on one, the container tests on the other with the rest (tests/scheduling.py says why).
+ENGINE_TESTS := -m "(e2e or container) and not training" -n 2 --dist loadscope
 # Each phase writes where its time went (tests/suite_timing.py); benchmarks/suite_time.py prints
 # the phases, the engines each started and the slowest tests against the 540 s budget.
 SUITE_TIMES := .suite-times

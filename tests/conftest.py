@@ -17,8 +17,9 @@ from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 from engines import EngineSet, StartingEngines, distinct_configurations
 
 REPO = Path(__file__).resolve().parents[1]
-# `--suite-times DIR`: each phase of `make test` writes where its time went (benchmarks/suite_time.py).
-pytest_plugins = ["suite_timing"]
+# suite_timing: `--suite-times DIR`, where each phase of `make test` spent its time (benchmarks/suite_time.py);
+# scheduling: which tests share a pytest-xdist worker, longest first.
+pytest_plugins = ["suite_timing", "scheduling"]
 
 
 def _generated(preset: str) -> Path:

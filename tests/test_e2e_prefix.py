@@ -45,7 +45,11 @@ def assert_cache_was_emptied(runs: dict[str, RunSummary]) -> None:
 
 def test_multi_turn_prefix_reuse_is_measured_both_ways(prefix_pair: dict[str, Engine], tmp_path: Path) -> None:
     out = tmp_path / "multiturn"
-    run_campaign(campaign_against(MULTITURN, prefix_pair, tmp_path / "c.yaml"), out_dir=out)
+    # Half the shipped system prompt: the prefix-off side prefills about 23,000 tokens instead of
+    # 40,000, and caching still decides every assertion by a wide margin (hit rate 0.87 with the
+    # full prompt, TTFT at turn 4 a quarter of the uncached one).
+    smaller = campaign_against(MULTITURN, prefix_pair, tmp_path / "c.yaml", workload={"system_prompt_len": 512})
+    run_campaign(smaller, out_dir=out)
     runs = summaries_by_server(out)
     assert_cache_was_emptied(runs)
     on, off = runs["prefix-on"], runs["prefix-off"]
@@ -72,7 +76,9 @@ def test_trace_replay_hit_rate_tracks_designed_reuse_with_caching_and_not_withou
     prefix_pair: dict[str, Engine], tmp_path: Path
 ) -> None:
     out = tmp_path / "trace"
-    run_campaign(campaign_against(TRACE, prefix_pair, tmp_path / "c.yaml"), out_dir=out)
+    # Arrivals at the trace's own speed (18 s) rather than a third of it (53 s a side): what is
+    # asserted is the cache's hit rate, not the queue; a slow host's prefix-off side just queues.
+    run_campaign(campaign_against(TRACE, prefix_pair, tmp_path / "c.yaml", workload={"time_scale": 1.0}), out_dir=out)
     runs = summaries_by_server(out)
     assert_cache_was_emptied(runs)
     wl = load_campaign(TRACE).workloads[0]
