@@ -74,6 +74,44 @@ def _vllm_args(runtime: str = "podman") -> list[str]:
     return container_run_args(launch, runtime=runtime, port=18123, model_dir=Path("/models/tiny"), name="bk-1")
 
 
+class FlakyRuntime:
+    """A runtime CLI whose ``rm -f`` fails ``failures`` times while the container stays."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.present = True
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, runtime: str, *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+        self.calls.append(args)
+        if args[0] == "rm":
+            if self.failures:
+                self.failures -= 1
+                return subprocess.CompletedProcess(args, 125, "", "container state improper")
+            self.present = False
+            return subprocess.CompletedProcess(args, 0, "", "")
+        return subprocess.CompletedProcess(args, 0 if self.present else 125, "", "")
+
+
+def test_a_failed_removal_is_retried_and_one_that_keeps_failing_names_the_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bakeoff.serving import containers
+
+    monkeypatch.setattr(containers.time, "sleep", lambda s: None)
+    flaky = FlakyRuntime(failures=2)
+    monkeypatch.setattr(containers, "runtime_cli", flaky)
+    containers.remove_container("podman", "bakeoff-x")
+    assert not flaky.present and [c[0] for c in flaky.calls].count("rm") == 3
+
+    stuck = FlakyRuntime(failures=99)
+    monkeypatch.setattr(containers, "runtime_cli", stuck)
+    with pytest.raises(LaunchError, match=r"could not remove container bakeoff-x \(container state improper\); "
+                       r"remove it: podman rm -f bakeoff-x"):  # fmt: skip
+        containers.remove_container("podman", "bakeoff-x")
+    assert stuck.present
+
+
 def test_run_args_start_detached_with_name_and_label() -> None:
     args = _vllm_args()
     assert args[:2] == ["run", "-d"]

@@ -43,12 +43,16 @@ def podman() -> str:
 
 
 def test_vllm_cpu_in_a_container_and_as_a_process_through_a_campaign(
-    podman: str, tiny_model: Path, tmp_path: Path
+    podman: str, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "container"
     # The shipped file with one repeat (each repeat starts both servers again).
     report = run_campaign(campaign_against(SHIPPED, {}, tmp_path / "c.yaml"), out_dir=out)
     assert not leftover_containers(podman)
+    # Before any start, the container's launch was parsed by vLLM's own parser in its image
+    # (a refusal, and the process launch's parse: tests/test_preflight.py).
+    said = capfd.readouterr().err
+    assert "preflight: vllm-container (vllm-cpu-container): ok: vllm's own parser took the launch" in said, said
     frame = results_frame(out)
     assert set(frame["server"]) == {"vllm-container", "vllm-process"}
     assert sorted(frame["concurrency"]) == [1, 1, 4, 4]

@@ -180,15 +180,31 @@ def reap_containers(root: Path) -> list[str]:
     return removed
 
 
-def remove_container(runtime: str, ref: str) -> None:
-    """``rm -f``; a second Ctrl-C during removal still gets one more try."""
+def remove_container(runtime: str, ref: str, tries: int = 3) -> None:
+    """``rm -f``, checked: a container still there after ``tries`` is an error naming it.
+
+    A second Ctrl-C during removal still gets one more try. ``rm -f`` can fail while the
+    runtime is busy (seen: podman left a stopped server behind, exit status unread, while a
+    second test worker loaded both cores), so a failure is retried before it is reported.
+    """
     # A benchmarked server holds nothing worth a graceful stop; kill it at once.
     args = ["rm", "-f", "-t", "2", ref] if runtime == "podman" else ["rm", "-f", ref]
-    try:
-        runtime_cli(runtime, *args)
-    except KeyboardInterrupt:
-        runtime_cli(runtime, *args)
-        raise
+    said = ""
+    for attempt in range(tries):
+        try:
+            proc = runtime_cli(runtime, *args)
+        except KeyboardInterrupt:
+            runtime_cli(runtime, *args)
+            raise
+        if proc.returncode == 0 or not _container_exists(runtime, ref):
+            return
+        said = (proc.stderr or proc.stdout).strip()
+        time.sleep(0.5 * (attempt + 1))
+    raise LaunchError(f"{runtime} could not remove container {ref} ({said}); remove it: {runtime} rm -f {ref}")
+
+
+def _container_exists(runtime: str, ref: str) -> bool:
+    return runtime_cli(runtime, "inspect", "--format", "{{.Id}}", ref).returncode == 0
 
 
 class _LogFollower:
