@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 import pytest
 
 from bakeoff.campaign.runner import RunTarget, execute_plan
@@ -22,6 +22,7 @@ from bakeoff.serving.backends import load_backend
 from bakeoff.serving.gpus import nvml_probe
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from polling import poll_until
 
 TWO_ENGINES = """# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
 # TYPE vllm:kv_cache_usage_perc gauge
@@ -97,14 +98,19 @@ def test_sampler_keeps_its_grid_and_survives_a_failing_probe() -> None:
             self.n += 1
             return {"running": self.n}
 
-    sampler = Sampler([Broken(), Counting()], interval_s=0.05)
+    counting = Counting()
+    sampler = Sampler([Broken(), counting], interval_s=0.05)
     sampler.start()
-    time.sleep(0.32)
+    poll_until(lambda: counting.n >= 6, 10, "six samples")
     rows = sampler.stop()
-    assert 6 <= len(rows) <= 9  # about one per 50 ms, plus the closing sample
-    assert [r["running"] for r in rows] == [float(i) for i in range(1, len(rows) + 1)]
+    # Every sample made a row although the first probe raised each time, the closing sample last.
+    assert len(rows) >= 7 and [r["running"] for r in rows] == [float(i) for i in range(1, len(rows) + 1)]
     times = [r["t_s"] or 0.0 for r in rows]
     assert times == sorted(times) and all(r["sample_ms"] is not None for r in rows)
+    # On the grid: the k-th sample of the loop is never taken before k intervals (one-sided: a busy
+    # machine only makes it later). The opening sample is at 0, the closing one whenever stop came.
+    assert times[0] < 0.05
+    assert all(t >= k * 0.05 - 0.001 for k, t in enumerate(times[1:-1], start=1)), times
 
 
 def test_a_run_against_a_vllm_wire_server_saves_its_series(tmp_path: Path) -> None:
@@ -144,17 +150,21 @@ def test_process_probe_follows_the_engines_children(tmp_path: Path) -> None:
     code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
-        time.sleep(0.5)  # the child is up
-        probe = ProcessProbe(parent.pid)
-        time.sleep(0.6)
+        child = poll_until(lambda: next(iter(psutil.Process(parent.pid).children()), None), 10, "the spinning child")
+        # A planted clock: the probe's window is one second whatever the wall clock did, so cpu_cores
+        # is the CPU seconds the process tree used since the probe's baseline.
+        ticks = iter([0.0, 1.0])
+        probe = ProcessProbe(parent.pid, clock=lambda: next(ticks))
+        since = sum(child.cpu_times()[:2])
+        poll_until(lambda: sum(child.cpu_times()[:2]) - since >= 0.2, 30, "0.2 s of the child's CPU")
         reading = probe.read()
     finally:
         parent.kill()
-        for child in __import__("psutil").Process().children(recursive=True):
-            child.kill()
+        for leftover in psutil.Process().children(recursive=True):
+            leftover.kill()
         parent.wait()
-    # The waiting parent uses next to no CPU: anything near a core is the child's (shared cores: not a full one).
-    assert reading["cpu_cores"] is not None and reading["cpu_cores"] > 0.15
+    # The waiting parent uses next to no CPU: the 0.2 s are the child's, which the probe must count.
+    assert reading["cpu_cores"] is not None and reading["cpu_cores"] >= 0.2
     assert reading["rss_bytes"] is not None and reading["rss_bytes"] > 5 * 2**20  # two interpreters
 
 
