@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -27,10 +27,13 @@ def poll_until(condition: Callable[[], T], timeout_s: float, what: str, interval
     return value
 
 
-async def apoll_until(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.01) -> T:
-    """:func:`poll_until` inside an event loop: the loop keeps running the tasks being waited on."""
+async def apoll_until(
+    condition: Callable[[], Awaitable[T]], timeout_s: float, what: str, interval_s: float = 0.01
+) -> T:
+    """:func:`poll_until` inside an event loop, for a condition that is awaited (an HTTP look at a
+    server, say); the loop keeps running the tasks being waited on."""
     deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
+    while not (value := await condition()):
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
         await asyncio.sleep(interval_s)

@@ -33,6 +33,7 @@ from bakeoff.results.records import RequestRecord
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest
+from polling import apoll_until
 
 MODEL = "served-name"
 FAST = RefOptions(ttft_ms=5.0, itl_ms=1.0)
@@ -109,6 +110,12 @@ async def metrics(session: aiohttp.ClientSession, url: str) -> tuple[str, dict[s
     return text, parse_prometheus(text)
 
 
+async def gauge(session: aiohttp.ClientSession, url: str, name: str) -> float:
+    """One gauge of the server's /metrics (0 when absent)."""
+    _, values = await metrics(session, url + "/metrics")
+    return values.get(name, 0.0)
+
+
 def types(text: str) -> dict[str, str]:
     return {parts[2]: parts[3] for line in text.splitlines() if (parts := line.split()) and line.startswith("# TYPE")}
 
@@ -169,7 +176,7 @@ def test_vllm_reset_fails_while_blocks_are_held() -> None:
     async def check(url: str, session: aiohttp.ClientSession) -> None:
         await post(session, url, body(False), chat=False)
         running = asyncio.ensure_future(post(session, url, body(False), chat=False, headers={"x-bakeoff-ref": SLOW}))
-        await asyncio.sleep(0.2)
+        await apoll_until(lambda: gauge(session, url, "vllm:num_requests_running"), 5, "the slow request running")
         async with session.post(url + "/reset_prefix_cache") as resp:
             assert resp.status == 200 and await resp.json() == {"success": False}
         await running
@@ -208,7 +215,13 @@ def test_sglang_health_is_503_until_warm_then_slow() -> None:
     async def check(url: str, session: aiohttp.ClientSession) -> None:
         async with session.get(url + "/health") as resp:
             assert resp.status == 503
-        await asyncio.sleep(0.4)
+
+        async def warm() -> bool:
+            async with session.get(url + "/health") as resp:
+                assert resp.status in (200, 503)
+                return resp.status == 200
+
+        await apoll_until(warm, 5, "the warm-up to end")
         started = time.monotonic()
         async with session.get(url + "/health") as resp:
             assert resp.status == 200
@@ -270,7 +283,7 @@ def test_sglang_flush_refused_while_running_and_hit_rate_gauge() -> None:
     async def check(url: str, session: aiohttp.ClientSession) -> None:
         await post(session, url, body(False), chat=False)
         running = asyncio.ensure_future(post(session, url, body(False), chat=False, headers={"x-bakeoff-ref": SLOW}))
-        await asyncio.sleep(0.2)
+        await apoll_until(lambda: gauge(session, url, "sglang:num_running_reqs"), 5, "the slow request running")
         async with session.post(url + "/flush_cache") as resp:
             assert resp.status == 400 and (await resp.text()).startswith("Cache flushed.")
         await running
