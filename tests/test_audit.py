@@ -3,7 +3,7 @@
 The AST reader is tested on tiny wheels built here (argparse calls, a config dataclass with
 ``Field`` defaults and a ``Literal`` alias, metric constructors, routes), so nothing large is
 needed for it. The real audits read the vLLM and SGLang wheels that ``scripts/fetch-wheels.sh``
-(``make wheels``) caches; without them (no network at set-up) those tests skip and say so.
+(``make wheels``, part of ``make test``) caches; without them those tests fail, naming the target.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+import prerequisites
 from bakeoff.errors import SpecError
 from bakeoff.serving import audit as audit_mod
 from bakeoff.serving.audit import audit, audit_backend, defaults_table, diff_wheels, load_index, resolve_wheel
@@ -210,10 +211,7 @@ def test_tensorrt_llm_says_it_has_no_wheel_and_points_at_preflight() -> None:
 
 
 def _cached(spec: str) -> Path:
-    try:
-        return resolve_wheel(spec)
-    except SpecError as exc:
-        pytest.skip(f"{spec} wheel not cached and not downloadable ({exc}); run scripts/fetch-wheels.sh")
+    return prerequisites.wheel(spec)
 
 
 def _packages(name: str) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+import prerequisites
 from bakeoff.errors import LaunchError, RuntimeMissingError
 from bakeoff.serving.backends import BACKENDS_DIR, BackendSpec, load_backend
 from bakeoff.serving.container_runtime import find_runtime, runtime_command
@@ -35,7 +36,7 @@ from bakeoff.serving.containers import (
     render_container_launch,
     run_container,
 )
-from bakeoff.serving.images import image_fix_hint, inspect_image
+from bakeoff.serving.images import image_fix_hint
 from bakeoff.serving.process import ServerHandle, free_port
 
 REPO = BACKENDS_DIR.parent
@@ -254,7 +255,13 @@ def test_find_runtime_rejects_unknown_runtime(monkeypatch: pytest.MonkeyPatch) -
 
 # --- real podman --------------------------------------------------------------------
 
-needs_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed")
+
+@pytest.fixture
+def _podman_installed() -> None:
+    prerequisites.podman()
+
+
+needs_podman = pytest.mark.usefixtures("_podman_installed")
 
 
 def _podman(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -451,8 +458,7 @@ def test_the_container_of_a_killed_campaign_is_reaped_with_real_podman(
 @needs_podman
 @pytest.mark.container
 def test_ready_server_yields_handle_and_is_removed_after(backend_name: str, model_dir: Path, tmp_path: Path) -> None:
-    if not inspect_image("podman", BASE_IMAGE, missing_ok=True).present:
-        pytest.skip(f"{BASE_IMAGE} not built; run scripts/build-images.sh debian-base")
+    prerequisites.image(BASE_IMAGE)
     (model_dir / "health").write_text("ok\n")
     # python3's http.server serves the model mount, so /health answers 200 from the file.
     command = ["python3", "-m", "http.server", "8000", "--directory", "{model}"]

@@ -10,11 +10,11 @@ start, flags changed in the effort table), cost and SLO figures are checked on a
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+import prerequisites
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.report.tables import effort_table, results_frame
@@ -22,7 +22,6 @@ from bakeoff.results.store import read_summary
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import leftover_containers
-from bakeoff.serving.images import inspect_image
 from browser import open_in_chromium
 from engines import campaign_against
 
@@ -34,12 +33,8 @@ IMAGE = "localhost/bakeoff/vllm-cpu:0.32.0"
 
 @pytest.fixture(scope="module")
 def podman() -> str:
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (make test installs it with scripts/setup-podman.sh)")
-    runtime = find_runtime("podman")
-    if not inspect_image(runtime, IMAGE, missing_ok=True).present:
-        pytest.fail(f"{IMAGE} missing: run scripts/build-images.sh vllm-cpu (make test does)")
-    return runtime
+    prerequisites.image(IMAGE)
+    return find_runtime("podman")
 
 
 def test_vllm_cpu_in_a_container_and_as_a_process_through_a_campaign(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import prerequisites
 from bakeoff.campaign.quality import ask, check, load_prompt_set, planned
 from bakeoff.measure.client import ClientSettings
-from bakeoff.models.gguf import llama_server_path
 from bakeoff.models.model_source import ModelSource
 from bakeoff.models.presets import preset_is_ready
 from bakeoff.observe.telemetry import scrape, speculative_from_counters
@@ -34,8 +34,8 @@ def _trained(preset: str) -> Path:
     return folder
 
 
-@pytest.mark.skipif(not llama_server_path().is_file(), reason="llama-server not built; run scripts/install-llamacpp.sh")
 def test_int4_weights_with_a_draft_answer_and_report_acceptance(tmp_path: Path) -> None:
+    prerequisites.llama_server()
     backend = load_backend("llamacpp")
     knobs = {"quantization": "q4_0", "speculative": "draft", "max_num_seqs": 2, "max_model_len": 512}
     ctx = LaunchContext(

@@ -4,8 +4,8 @@ The e2e test converts ``models/tiny`` to GGUF, starts the native ``llama-server`
 ``run_local_process`` with the launch rendered from ``backends/llamacpp.yaml``, streams one
 completion over raw ``http.client``, checks llama.cpp tokenizes exactly like the HF
 tokenizer (the converter's pre-tokenizer fallback is what makes that true), and checks
-that no server process outlives the context manager. It is skipped only when the binary
-has not been built (``scripts/install-llamacpp.sh``).
+that no server process outlives the context manager. Without the binary (``make llamacpp``,
+part of ``make test``) it fails, naming the target.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import psutil
 import pytest
 from tokenizers import Tokenizer
 
+import prerequisites
 from bakeoff.models.gguf import (
     convert_to_gguf,
     gguf_is_fresh,
@@ -141,11 +142,8 @@ def _server_processes(port: int) -> list[psutil.Process]:
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(
-    not SERVER.is_file(),
-    reason=f"llama-server not built at {SERVER}; run scripts/install-llamacpp.sh",
-)
 def test_llamacpp_streams_a_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path) -> None:
+    prerequisites.llama_server()
     model_dir = tiny_model
     gguf = convert_to_gguf(model_dir)
     assert gguf_is_fresh(model_dir, gguf)

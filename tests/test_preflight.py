@@ -8,17 +8,16 @@ with the engine environment (``e2e``), and refuses a planted flag with vLLM's ow
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+import prerequisites
 from bakeoff.campaign.cells import expand
 from bakeoff.campaign.preflight import preflight_campaign, preflight_cells, refuse_on_failure
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
-from bakeoff.serving.audit import resolve_wheel
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.launch_render import render_launch
@@ -78,18 +77,11 @@ def _planted(tmp_path: Path, name: str, flag: str, after: str) -> Path:
     return folder
 
 
-def _cached_or_skip(spec: str) -> None:
-    try:
-        resolve_wheel(spec)
-    except SpecError as exc:
-        pytest.skip(f"{spec} not cached ({exc}); run scripts/fetch-wheels.sh")
-
-
 def test_a_rehearsal_stands_in_for_the_gpu_images_with_the_wheels_flags(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _cached_or_skip("vllm==0.33.0")
-    _cached_or_skip("sglang==0.5.23")
+    prerequisites.wheel("vllm==0.33.0")
+    prerequisites.wheel("sglang==0.5.23")
     path = REPO / "campaigns" / "gpu-7b-three-frameworks.yaml"
     results = {r.label: r for r in preflight_campaign(path, rehearse=True)}
     statuses = {r.backend: r.status for r in results.values()}
@@ -124,13 +116,7 @@ def test_the_vllm_cpu_process_launch_is_parsed_by_vllm(tmp_path: Path, monkeypat
 def test_the_container_launch_is_parsed_inside_its_image_and_a_bad_flag_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (make test installs it with scripts/setup-podman.sh)")
-    from bakeoff.serving.container_runtime import find_runtime
-    from bakeoff.serving.images import inspect_image
-
-    if not inspect_image(find_runtime("podman"), IMAGE, missing_ok=True).present:
-        pytest.fail(f"{IMAGE} missing: run scripts/build-images.sh vllm-cpu (make test does)")
+    prerequisites.image(IMAGE)
     campaign = yaml.safe_load((REPO / "campaigns" / "cpu-container.yaml").read_text())
     campaign["servers"] = [s for s in campaign["servers"] if s["backend"] == "vllm-cpu-container"]
     path = tmp_path / "c.yaml"
