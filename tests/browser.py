@@ -1,8 +1,9 @@
 """The rendered report as headless Chromium sees it, with the network cut off.
 
 A script put first into the page's head records console errors, uncaught errors and every
-resource fetched; on ``load`` it writes what it saw, with the images and headings, into the
-DOM, which ``--dump-dom`` prints. Used by tests/test_report_browser.py (a reference-server
+resource fetched (a local file too: a report that links one is not self-contained); on
+``load`` it writes what it saw, with the images and headings, into the DOM, which
+``--dump-dom`` prints. Used by tests/test_report_browser.py (a reference-server
 campaign) and tests/test_e2e_container.py (a real-engine campaign).
 """
 
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+import prerequisites
 
 CHECK = """<script>
 window.__seen = {errors: []};
@@ -23,11 +23,16 @@ console.error = (...args) => { window.__seen.errors.push(args.join(' ')); origin
 window.addEventListener('error', e => window.__seen.errors.push('uncaught: ' + (e.message || e.target.src)), true);
 window.addEventListener('load', () => {
   const images = Array.from(document.images);
+  // Chromium keeps no resource timing for file: URLs: what the page's elements load is read from them too.
+  const timed = performance.getEntriesByType('resource').map(r => r.name);
+  const loaders = 'img[src], script[src], iframe[src], frame[src], embed[src], source[src], video[src], audio[src], '
+    + 'track[src], input[src], link[href], object[data]';
+  const linked = Array.from(document.querySelectorAll(loaders)).map(e => e.src || e.href || e.data).filter(Boolean);
   const result = {
     errors: window.__seen.errors,
     images: images.length,
     undecoded: images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 60)),
-    fetched: performance.getEntriesByType('resource').map(r => r.name).filter(n => !/^(data|blob|file):/.test(n)),
+    fetched: Array.from(new Set([...timed, ...linked])).filter(n => !/^(data|blob):/.test(n)),
     headings: Array.from(document.querySelectorAll('h1, h2, h3')).map(h => h.textContent.trim()),
   };
   const out = document.createElement('pre');
@@ -43,7 +48,7 @@ def open_in_chromium(html: Path, tmp_path: Path) -> dict[str, object]:
     text = html.read_text()
     page.write_text(re.sub(r"<head>", "<head>" + CHECK, text, count=1))
     argv = [
-        str(CHROMIUM),
+        prerequisites.chromium(),
         "--headless",
         "--no-sandbox",
         "--disable-gpu",

@@ -8,12 +8,14 @@ errors, uncaught errors and every resource fetched, and ``--dump-dom`` prints wh
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
 
+import prerequisites
 from bakeoff.campaign.execute import run_campaign
-from browser import CHROMIUM, open_in_chromium
+from browser import open_in_chromium
 
 BACKEND = """\
 name: refvllm-{label}
@@ -50,10 +52,10 @@ measure_warm_restart: false
 """
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
 def test_report_opens_in_chromium_self_contained_with_every_figure(
     tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    prerequisites.chromium()
     (tmp_path / "backends").mkdir()
     for label, itl in (("fast", "8"), ("slow", "16")):
         # {python}, {port} and {served_model_name} are the launcher's to fill in.
@@ -77,3 +79,25 @@ def test_report_opens_in_chromium_self_contained_with_every_figure(
     assert headings.index("Verdict") < headings.index("Findings")
     assert "Pareto front" in headings and "Tuning advice" in headings
     assert "Server telemetry" in report.read_text()
+
+
+def test_a_page_that_links_a_local_file_is_not_self_contained(tmp_path: Path) -> None:
+    """The check itself: a figure linked from disk (beside the page, or by a file: URL) counts as
+    fetched, as a network one would; only data: and blob: URLs are inside the page."""
+    pixel = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+    )
+    (tmp_path / "beside.png").write_bytes(pixel)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "absolute.png").write_bytes(pixel)
+    inline = "data:image/png;base64," + base64.b64encode(pixel).decode()
+    page = tmp_path / "page.html"
+    page.write_text(
+        "<html><head><title>t</title></head><body><h1>Report</h1>"
+        f'<img src="beside.png"><img src="{(tmp_path / "elsewhere" / "absolute.png").as_uri()}">'
+        f'<img src="{inline}"></body></html>'
+    )
+    seen = open_in_chromium(page, tmp_path)
+    fetched = sorted(str(u) for u in seen["fetched"])  # type: ignore[attr-defined]
+    assert fetched == [(tmp_path / "beside.png").as_uri(), (tmp_path / "elsewhere" / "absolute.png").as_uri()]
+    assert seen["images"] == 3 and seen["undecoded"] == [] and seen["errors"] == []
