@@ -25,7 +25,9 @@ ENGINE_TESTS := -m "(e2e or container) and not training" -n 2 --dist loadscope
 # Each phase writes where its time went (tests/suite_timing.py); benchmarks/suite_time.py prints
 # the phases, the engines each started and the slowest tests against the 540 s budget.
 SUITE_TIMES := .suite-times
-TIMED = --suite-times $(SUITE_TIMES) --suite-phase
+# Written with `=`: pytest reads its rootdir and conftests from the first arguments that are not
+# options it knows yet, and a bare `.suite-times` would be taken for a test path.
+TIMED = --suite-times=$(SUITE_TIMES) --suite-phase=
 
 # The set-up `make test` needs, each step a quick no-op when done. The Debian packages go first
 # (dpkg takes one lock), then the harness environment every other step runs bakeoff from; the
@@ -43,9 +45,9 @@ test: setup
 	@rm -rf $(SUITE_TIMES) && mkdir -p $(SUITE_TIMES)
 	@start=$$(date +%s); $(MAKE) --no-print-directory lint \
 	  && echo "{\"phase\": \"lint\", \"wall_s\": $$(( $$(date +%s) - start ))}" > $(SUITE_TIMES)/lint.json
-	$(BIN)/pytest $(UNIT_TESTS) $(TIMED) unit $(PYTEST_ARGS) || [ $$? = 5 ]
-	$(BIN)/pytest $(PRECISION_TESTS) $(TIMED) precision $(PYTEST_ARGS) || [ $$? = 5 ]
-	$(BIN)/pytest $(ENGINE_TESTS) $(TIMED) engine $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/pytest $(UNIT_TESTS) $(TIMED)unit $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/pytest $(PRECISION_TESTS) $(TIMED)precision $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/pytest $(ENGINE_TESTS) $(TIMED)engine $(PYTEST_ARGS) || [ $$? = 5 ]
 	@$(BIN)/python benchmarks/suite_time.py --dir $(SUITE_TIMES)
 
 setup: debs harness
