@@ -17,11 +17,11 @@ PYTEST_ARGS ?=
 # fixtures are set up once. Exit status 5 (nothing selected) is not a failure: PYTEST_ARGS
 # may name a file of one phase only.
 JOBS ?= 3
-UNIT_TESTS := -m "not e2e and not container and not precision and not training" -n $(JOBS) --dist loadscope
+UNIT_TESTS := -m "not e2e and not container and not precision and not training" -n $(JOBS) --dist loadscope --no-loadscope-reorder
 PRECISION_TESTS := -m "precision and not e2e and not container and not training"
 # The real-engine phase on two workers: the tests that share the started small-model engines
 # on one, the container tests on the other with the rest (tests/scheduling.py says why).
-ENGINE_TESTS := -m "(e2e or container) and not training" -n 2 --dist loadscope
+ENGINE_TESTS := -m "(e2e or container) and not training" -n 2 --dist loadscope --no-loadscope-reorder
 # Each phase writes where its time went (tests/suite_timing.py); benchmarks/suite_time.py prints
 # the phases, the engines each started and the slowest tests against the 540 s budget.
 SUITE_TIMES := .suite-times
@@ -106,7 +106,7 @@ lint: harness
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: venv models
+unit: venv models models-trained wheels browser
 	$(BIN)/pytest $(UNIT_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(BIN)/pytest $(PRECISION_TESTS) $(PYTEST_ARGS) || [ $$? = 5 ]
 

