@@ -8,6 +8,8 @@ AVX-512 (W4A16's needs it: tests/test_cpu_checks.py). The trained model's exam i
 temperature 0 and its held-out texts are scored by the server's prompt logprobs, so the test
 shows the quantized server still knows its facts, and how much perplexity 4 bits cost against
 the unquantized weights' own in torch (tests/perplexity_reference.py).
+
+Its own start, not a shared engine: no other test serves the trained model's INT4 checkpoint.
 """
 
 from __future__ import annotations

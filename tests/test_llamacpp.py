@@ -143,6 +143,7 @@ def _server_processes(port: int) -> list[psutil.Process]:
 
 @pytest.mark.e2e
 def test_llamacpp_streams_a_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path) -> None:
+    """The GGUF conversion and a bare launch of the rendered argv; its own server: it starts in about a second."""
     prerequisites.llama_server()
     model_dir = tiny_model
     gguf = convert_to_gguf(model_dir)
