@@ -362,8 +362,9 @@ class _Pool:
         self._idle: list[_Connection] = []
         self.busy: set[_Connection] = set()
 
-    async def acquire(self) -> _Connection:
-        while self._idle:
+    async def acquire(self, *, fresh: bool = False) -> _Connection:
+        """An idle kept-alive connection, or a new one (always new when ``fresh``)."""
+        while self._idle and not fresh:
             conn = self._idle.pop()
             if conn.reusable and conn.transport is not None and not conn.transport.is_closing():
                 conn.reused = True
@@ -431,10 +432,12 @@ class StreamingClient:
         conn: _Connection | None = None
         try:
             # A kept-alive connection the server closed while idle fails before any byte;
-            # only then is the request sent again, on a fresh connection.
+            # only then is the request sent again, on a fresh connection: the server may have
+            # closed every idle one at once (llama-server after its keep-alive timeout), so
+            # another from the pool could fail the same way.
             for attempt in range(2):
                 try:
-                    conn = await pool.acquire()
+                    conn = await pool.acquire(fresh=attempt > 0)
                 except (OSError, TimeoutError) as exc:
                     return _fail(record, "connect", _connect_message(pool, exc))
                 waiter = asyncio.get_running_loop().create_future()
