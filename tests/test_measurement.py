@@ -362,62 +362,59 @@ def test_a_short_run_is_flagged_and_planned_lengths_are_stored(ref_url: str, tmp
 # --- the client on its own ----------------------------------------------------------------
 
 
-def test_kept_alive_connection_closed_by_the_server_is_retried() -> None:
-    """A server may close an idle connection just as the next request goes out on it."""
-    body = b"data: " + orjson.dumps({"choices": [{"index": 0, "text": " a", "finish_reason": "length"}]})
-    body += b"\n\ndata: [DONE]\n\n"
-    response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    connections = 0
+class OneAnswerPerConnection:
+    """A server that answers the first request on each connection, then drops the connection
+    when the next request arrives on it: a kept-alive connection it closed while idle."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
+    def __init__(self, answer_after_s: float = 0.0) -> None:
+        body = b"data: " + orjson.dumps({"choices": [{"index": 0, "text": " a", "finish_reason": "length"}]})
+        body += b"\n\ndata: [DONE]\n\n"
+        self.response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+            len(body),
+            body,
+        )
+        self.answer_after_s = answer_after_s
+        self.connections = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
         await reader.readexactly(length)
-        writer.write(response)
+        await asyncio.sleep(self.answer_after_s)
+        writer.write(self.response)
         await writer.drain()
-        await reader.readuntil(b"\r\n\r\n")  # a second request on this connection: drop it
+        await reader.readuntil(b"\r\n\r\n")  # a later request on this connection: drop it
         writer.close()
 
+
+def test_kept_alive_connection_closed_by_the_server_is_retried() -> None:
+    """A server may close an idle connection just as the next request goes out on it."""
+    server = OneAnswerPerConnection()
+
     async def drive() -> list[RequestRecord]:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
         records = []
-        async with server, StreamingClient(settings(f"http://127.0.0.1:{port}")) as client:
+        async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}")) as client:
             for item in planned(2, 1):
                 records.append(await client.send(item, RequestRecord(item.request_id)))
         return records
 
     records = asyncio.run(drive())
     assert [r.error_kind for r in records] == [None, None]
-    assert connections == 2
+    assert server.connections == 2
 
 
 def test_the_retry_after_a_closed_idle_connection_goes_out_on_a_new_one() -> None:
     """The server closed both idle connections of the pool: the retry must not take the other."""
-    body = b"data: " + orjson.dumps({"choices": [{"index": 0, "text": " a", "finish_reason": "length"}]})
-    body += b"\n\ndata: [DONE]\n\n"
-    response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    connections = 0
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-        await reader.readexactly(length)
-        await asyncio.sleep(0.05)  # both first requests in flight at once: two connections
-        writer.write(response)
-        await writer.drain()
-        await reader.readuntil(b"\r\n\r\n")  # a later request on this connection: drop it
-        writer.close()
+    server = OneAnswerPerConnection(answer_after_s=0.05)  # both first requests in flight: two connections
 
     async def drive() -> list[RequestRecord]:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
         first, second, third = planned(3, 1)
-        async with server, StreamingClient(settings(f"http://127.0.0.1:{port}")) as client:
+        async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}")) as client:
             records = list(
                 await asyncio.gather(
                     client.send(first, RequestRecord(first.request_id)),
@@ -429,7 +426,7 @@ def test_the_retry_after_a_closed_idle_connection_goes_out_on_a_new_one() -> Non
 
     records = asyncio.run(drive())
     assert [r.error_kind for r in records] == [None, None, None]
-    assert connections == 3  # two for the pair; the third request's retry opened the third
+    assert server.connections == 3  # two for the pair; the third request's retry opened the third
 
 
 def test_invalid_base_url_is_a_spec_error() -> None:
