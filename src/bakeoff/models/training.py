@@ -276,10 +276,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _model_files(folder: Path) -> list[str]:
+    """Every file of a model folder but its manifest, as sorted relative POSIX paths."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
 def write_manifest(folder: Path) -> None:
     """``SHA256SUMS`` over every file of a model folder (sha256sum's format: ``sha256sum -c`` reads it)."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-    lines = [f"{_digest(p)}  {p.relative_to(folder).as_posix()}" for p in files]
+    lines = [f"{_digest(folder / name)}  {name}" for name in _model_files(folder)]
     (folder / MANIFEST).write_text("\n".join(lines) + "\n")
 
 
@@ -289,7 +293,7 @@ def manifest_problems(folder: Path) -> list[str]:
     for line in (folder / MANIFEST).read_text().splitlines():
         digest, _, name = line.partition("  ")
         listed[name] = digest
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
+    present = set(_model_files(folder))
     problems = [f"{name}: missing" for name in sorted(set(listed) - present)]
     problems += [f"{name}: not in {MANIFEST}" for name in sorted(present - set(listed))]
     problems += [
