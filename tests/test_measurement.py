@@ -240,8 +240,12 @@ def test_request_timeout(ref_url: str) -> None:
     started = time.monotonic()
     record = one(settings(ref_url, {"fault": "stall", "itl_ms": 50.0}, request_timeout_s=0.6, stall_timeout_s=5.0))
     assert record.error_kind == "timeout"
-    assert time.monotonic() - started < 5.0  # before the 5 s stall timeout could end it
-    assert e2e_ms(record) >= 600.0 - 1.0
+    elapsed_s = time.monotonic() - started
+    assert elapsed_s < 5.0  # before the 5 s stall timeout could end it
+    # Never before it is due. The request's budget starts before its connection is taken (the
+    # connect counts against it), so it is measured from before the call, not from the send:
+    # e2e from the send once read 598.6 ms here, 1.4 ms of connecting earlier.
+    assert elapsed_s >= 0.6
 
 
 def test_fault_every_nth_request(ref_url: str) -> None:
