@@ -32,6 +32,7 @@ class PhaseTiming(TypedDict):
     wall_s: float
     tests: NotRequired[int]
     test_seconds: NotRequired[float]
+    cpu_busy: NotRequired[float]
     engine_starts: NotRequired[dict[str, int]]
     slowest: NotRequired[list[SlowTest]]
 
@@ -42,13 +43,14 @@ def load(folder: Path) -> list[PhaseTiming]:
 
 
 def table(phases: list[PhaseTiming], slowest: int, budget: float) -> str:
-    lines = ["| phase | wall s | tests | engine starts |", "|---|---:|---:|---|"]
+    lines = ["| phase | wall s | tests | cores busy | engine starts |", "|---|---:|---:|---:|---|"]
     total = 0.0
     for phase in phases:
         total += phase["wall_s"]
         started = ", ".join(f"{n} {kind}" for kind, n in phase.get("engine_starts", {}).items()) or "none"
-        lines.append(f"| {phase['phase']} | {phase['wall_s']:.0f} | {phase.get('tests', '')} | {started} |")
-    lines.append(f"| **total** | **{total:.0f}** | | |")
+        busy = f"{phase['cpu_busy']:.0%}" if "cpu_busy" in phase else ""
+        lines.append(f"| {phase['phase']} | {phase['wall_s']:.0f} | {phase.get('tests', '')} | {busy} | {started} |")
+    lines.append(f"| **total** | **{total:.0f}** | | | |")
     tests = [(t["seconds"], phase["phase"], t["test"]) for phase in phases for t in phase.get("slowest", [])]
     lines += ["", f"The {slowest} slowest tests (setup + call + teardown):", ""]
     lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(tests, reverse=True)[:slowest]]

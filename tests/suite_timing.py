@@ -5,7 +5,9 @@
 ``DIR/NAME.json``: the phase's wall time, its test count, each test's setup + call + teardown
 seconds (the session fixture a test is the first to use is charged to it, as pytest's own
 ``--durations`` does) and the vLLM and llama.cpp servers started while it ran, counted from
-the process table (``engine_starts``: a process or a container). ``benchmarks/suite_time.py`` prints the table.
+the process table (``engine_starts``: a process or a container), and how busy the machine's cores
+were over the phase (``cpu_busy``: 1.0 is every core busy the whole time; a phase well under it
+leaves room that running more at once would use). ``benchmarks/suite_time.py`` prints the table.
 
 Under pytest-xdist only the controller writes: it receives every worker's reports.
 """
@@ -77,6 +79,7 @@ class SuiteTiming:
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcomes: dict[str, str] = {}
         self.engines = EngineStarts()
+        self.cpu_at_start = psutil.cpu_times()
         self._sampling = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -114,6 +117,13 @@ class SuiteTiming:
             for worker, done in sorted(by_worker.items())
         }
 
+    def _cpu_busy(self) -> float:
+        """The share of all cores' time since the phase began that was not idle (iowait counts as idle)."""
+        before, after = self.cpu_at_start, psutil.cpu_times()
+        total = sum(after) - sum(before)
+        idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
+        return round(1.0 - idle / total, 3) if total > 0 else 0.0
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.engines.sample()
         slowest = sorted(self.seconds.items(), key=lambda kv: kv[1], reverse=True)
@@ -122,6 +132,7 @@ class SuiteTiming:
             "wall_s": round(time.monotonic() - self.started, 1),
             "tests": len(self.outcomes),
             "test_seconds": round(sum(self.seconds.values()), 1),
+            "cpu_busy": self._cpu_busy(),
             "engine_starts": self.engines.counts(),
             "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
             "last_finished": self._last_per_worker(),
