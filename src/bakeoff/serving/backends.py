@@ -115,6 +115,10 @@ class KnobSpec(_Strict):
     maximum: float | None = None
     change_needs: ChangeCost = "restart"
     always_set: bool = Field(default=False, description="render even when left at default")
+    default_resolved: bool = Field(
+        default=False,
+        description="the framework declares None and resolves it at start to this default (read in its code)",
+    )
     fills: str | None = Field(
         default=None, description="renders nothing itself: its value fills {this knob} in that knob's value"
     )
