@@ -155,9 +155,15 @@ def _add_doctor_command(sub: Subcommands) -> None:
     doctor = sub.add_parser(
         "doctor", help="check the GPU host (runtime, driver, GPUs, disk), the model and the images for a campaign"
     )
-    doctor.add_argument("file", nargs="?", type=Path, help="a campaign YAML file or shipped name; none: the host only")
-    doctor.add_argument("--host-from", type=Path, help="check against a recorded host folder instead of this host")
-    doctor.add_argument("--record", type=Path, help="write this host's outputs to a folder (for --host-from)")
+    doctor.add_argument(
+        "file", nargs="?", type=Path, help="a campaign YAML file or shipped name (default: none, the host alone)"
+    )
+    doctor.add_argument(
+        "--host-from", type=Path, help="check against a recorded host folder (default: none, this host)"
+    )
+    doctor.add_argument(
+        "--record", type=Path, help="write this host's outputs to a folder for --host-from (default: none)"
+    )
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -169,7 +175,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem.line())
     what = str(args.file) if args.file else "this host"
-    print(f"{what}: {'ok' if not problems else plural(len(errors(problems)), 'problem') + ' that stop a run'}")
+    stopping = errors(problems)
+    print(f"{what}: {plural(len(stopping), 'problem') + ' would stop a run' if stopping else 'ok'}")
     return 1 if errors(problems) else 0
 
 
@@ -213,7 +220,9 @@ def _add_backends_commands(sub: Subcommands) -> None:
         "--against", help="an older wheel or name==version: list new flags, changed defaults, metrics"
     )
     audit_cmd.add_argument(
-        "--missing-only", action="store_true", help="exit non-zero only on a missing flag, metric or endpoint"
+        "--missing-only",
+        action="store_true",
+        help="exit non-zero only on a missing flag, metric or endpoint, or a changed default",
     )
     audit_cmd.add_argument(
         "--write-defaults",

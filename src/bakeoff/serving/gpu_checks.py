@@ -53,8 +53,9 @@ def parse_cuda_version(nvidia_smi_text: str) -> tuple[int, int]:
 
 def check_cuda_compat(backend: BackendSpec, nvidia_smi_text: str) -> None:
     """Refuse an image built for a newer CUDA than the host driver supports (:func:`cuda_refusal`)."""
-    major, minor = parse_cuda_version(nvidia_smi_text)
-    refusal = cuda_refusal(backend, major, minor)
+    if backend.container is None or backend.container.cuda_major is None:
+        return  # a CPU image needs no driver
+    refusal = cuda_refusal(backend, *parse_cuda_version(nvidia_smi_text))
     if refusal is not None:
         raise LaunchError(refusal)
 
