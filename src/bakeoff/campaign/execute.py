@@ -24,6 +24,7 @@ from bakeoff.analysis import saturation, verdict
 from bakeoff.campaign import quality, resume
 from bakeoff.campaign.cells import Cell, expand, prepare
 from bakeoff.campaign.cold_cache import CellServer
+from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
 from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
@@ -404,6 +405,8 @@ def run_campaign(
     out = (out_dir or reports_dir() / name).resolve()
     if fresh:
         resume.start_over(out)
+    if loaded.gpu and not rehearse:  # the host, model and images, in seconds, before any pull (bakeoff doctor)
+        refuse_on_problems(run_doctor(path), path)
     if loaded.ladder is not None:
         if only:
             raise SpecError("--only: a ladder runs its steps in order from the baseline; drop --only")

@@ -6,7 +6,7 @@ tiny stand-in) into the steps that run it for real:
 
 1. the environment each server needs: variables its image names (``${NGC_REGISTRY}``),
    ``HF_TOKEN`` for a Hugging Face id, API-key variables, the model folders that must exist;
-2. the pre-flight: ``nvidia-smi`` against the images' CUDA, ``bakeoff campaign validate``;
+2. the pre-flight: ``nvidia-smi`` against the images' CUDA, ``bakeoff doctor``, ``bakeoff campaign validate``;
 3. the images to pull;
 4. each server's exact container command with the user's values (model, knobs, served
    name; the options file written beside the rehearsal), what the campaign itself runs;
@@ -146,10 +146,17 @@ def gpu_host_steps(
         "Pre-flight",
         notes=[
             f"nvidia-smi: the driver's CUDA version{cuda if cudas else ''}; bakeoff refuses a mismatch before pulling.",
+            "bakeoff doctor checks the runtime, driver, GPUs, disk, model folders and image names there "
+            "(campaign run runs it first, before any pull);",
             "campaign validate on the GPU host also checks the model folders this machine could not;",
             "campaign preflight parses each server's exact launch with its framework's own parser, in its image.",
         ],
-        commands=["nvidia-smi", f"bakeoff campaign validate {file}", f"bakeoff campaign preflight {file}"],
+        commands=[
+            "nvidia-smi",
+            f"bakeoff doctor {file}",
+            f"bakeoff campaign validate {file}",
+            f"bakeoff campaign preflight {file}",
+        ],
     )
     runtime = shown_runtime()
     images = sorted({_image(b, s.image_tag) for s, b in containers})

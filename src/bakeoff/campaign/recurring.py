@@ -21,8 +21,8 @@ holds them for ``campaigns/cpu-demo.yaml``).
 ``bakeoff schedule print --drift --every 1w`` renders the same three for a *drift audit*
 instead: ``bakeoff backends audit NAME --wheel DIST --missing-only`` for every shipped
 backend whose framework publishes a wheel, against the newest release on the index (a bare
-distribution name), failing when a flag, metric or endpoint bakeoff uses is gone
-(``examples/schedules/`` holds them as ``bakeoff-drift``).
+distribution name), failing when a flag, metric or endpoint bakeoff uses is gone or a
+default bakeoff declares has moved (``examples/schedules/`` holds them as ``bakeoff-drift``).
 """
 
 from __future__ import annotations
@@ -152,7 +152,10 @@ def drift_workflow(job: DriftJob, cadence: Cadence) -> str:
         "concurrency": {"group": f"bakeoff-{job.name}", "cancel-in-progress": False},
         "jobs": {"audit": {"runs-on": ["self-hosted", "linux"], "timeout-minutes": 60, "steps": steps}},
     }
-    header = "# Fails when a flag, metric or endpoint a bakeoff backend uses is gone from a newer release.\n"
+    header = (
+        "# Fails when a flag, metric or endpoint a bakeoff backend uses is gone from a newer release,\n"
+        "# or a default it declares has moved.\n"
+    )
     return header + yaml.safe_dump(workflow, sort_keys=False, width=200)
 
 

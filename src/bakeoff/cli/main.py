@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
 from bakeoff.campaign import recurring
 from bakeoff.campaign.cells import validate_campaign
+from bakeoff.campaign.doctor_run import run_doctor
 from bakeoff.campaign.execute import render_report, run_campaign
 from bakeoff.campaign.gpu_host import unset_warnings
 from bakeoff.campaign.preflight import preflight_campaign
@@ -29,6 +30,8 @@ from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
 from bakeoff.console import plural
+from bakeoff.doctor.host import read_live, read_recorded
+from bakeoff.doctor.problems import errors
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.history.archive import history_root
 from bakeoff.history.calibration import calibrate
@@ -48,6 +51,7 @@ Compare LLM serving frameworks with identical requests.
   bakeoff serve      start one backend by hand, as a campaign would, and print its bench line
   bakeoff bench      measure one running OpenAI-compatible server
   bakeoff campaign   validate or run servers x knobs x workloads into a report
+  bakeoff doctor     check this GPU host, the model and the images against a campaign, before any pull
   bakeoff report     render a campaign's report again from its saved results
   bakeoff advise     name the next knob to turn and write the campaign that tests it
   bakeoff tune       search each server's knobs under the SLO, then compare the picks
@@ -72,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_options(sub.add_parser("bench", help="benchmark an already running OpenAI-compatible server"))
     _add_model_commands(sub)
     _add_campaign_commands(sub)
+    _add_doctor_command(sub)
     _add_schedule_commands(sub)
     _add_backends_commands(sub)
     _add_report_commands(sub)
@@ -146,6 +151,35 @@ def _add_campaign_commands(sub: Subcommands) -> None:
     )
 
 
+def _add_doctor_command(sub: Subcommands) -> None:
+    doctor = sub.add_parser(
+        "doctor", help="check the GPU host (runtime, driver, GPUs, disk), the model and the images for a campaign"
+    )
+    doctor.add_argument(
+        "file", nargs="?", type=Path, help="a campaign YAML file or shipped name (default: none, the host alone)"
+    )
+    doctor.add_argument(
+        "--host-from", type=Path, help="check against a recorded host folder (default: none, this host)"
+    )
+    doctor.add_argument(
+        "--record", type=Path, help="write this host's outputs to a folder for --host-from (default: none)"
+    )
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    host = read_recorded(args.host_from) if args.host_from else read_live()
+    if args.record:
+        host.record(args.record)
+        print(f"recorded this host in {args.record}")
+    problems = run_doctor(campaign_file(args.file) if args.file else None, host)
+    for problem in problems:
+        print(problem.line())
+    what = str(args.file) if args.file else "this host"
+    stopping = errors(problems)
+    print(f"{what}: {plural(len(stopping), 'problem') + ' would stop a run' if stopping else 'ok'}")
+    return 1 if errors(problems) else 0
+
+
 def _add_schedule_commands(sub: Subcommands) -> None:
     schedule = sub.add_parser("schedule", help="print ready-to-use schedules for re-running a campaign")
     sched_sub = schedule.add_subparsers(dest="schedule_command", required=True)
@@ -186,7 +220,9 @@ def _add_backends_commands(sub: Subcommands) -> None:
         "--against", help="an older wheel or name==version: list new flags, changed defaults, metrics"
     )
     audit_cmd.add_argument(
-        "--missing-only", action="store_true", help="exit non-zero only on a missing flag, metric or endpoint"
+        "--missing-only",
+        action="store_true",
+        help="exit non-zero only on a missing flag, metric or endpoint, or a changed default",
     )
     audit_cmd.add_argument(
         "--write-defaults",
@@ -395,6 +431,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "serve": cmd_serve,
         "model": cmd_model,
         "campaign": cmd_campaign,
+        "doctor": cmd_doctor,
         "backends": cmd_backends,
         "report": cmd_report,
         "advise": cmd_advise,

@@ -45,6 +45,14 @@ MEMORY_KNOB_NOTE = (
     "TensorRT-LLM's `free_gpu_memory_fraction` is a share of what is free *after* the weights load."
 )
 
+# vllm/config/scheduler.py: max_num_batched_tokens caps every token a step schedules, decode
+# included; SGLang's --chunked-prefill-size caps one prefill chunk, and decode runs beside it.
+BATCHED_TOKENS_NOTE = (
+    "`max_num_batched_tokens` means different things: vLLM's budget counts every token of a step, "
+    "the running requests' decode tokens included; SGLang's `--chunked-prefill-size` caps the prefill "
+    "chunk alone (decode tokens come on top); TensorRT-LLM's `max_num_tokens` counts a step's tokens like vLLM."
+)
+
 
 REHEARSAL_SUFFIX = f" {REHEARSAL_TAG}"
 
@@ -669,7 +677,7 @@ def gpu_host_markdown(campaign_dir: Path) -> str | None:
 def effort_notes(campaign_dir: Path) -> list[str]:
     """The notes under the effort table that apply to this campaign (GPU-memory knobs: GPU campaigns only)."""
     spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
-    return [MEMORY_KNOB_NOTE] if isinstance(spec, dict) and spec.get("gpu") else []
+    return [MEMORY_KNOB_NOTE, BATCHED_TOKENS_NOTE] if isinstance(spec, dict) and spec.get("gpu") else []
 
 
 def campaign_title(campaign_dir: Path) -> str:

@@ -284,8 +284,15 @@ def _default_row(name: str, spec: KnobSpec, index: WheelIndex) -> Row | None:
         return Row("default", item, "ok", where, f"always rendered; {flag.dest} = {declared_text} unset")
     if declared is _NOT_LITERAL:
         return Row("default", item, "ok", where, f"computed: {declared_text}")
+    if declared is None and expected is not None and spec.default_resolved:
+        return Row("default", item, "ok", where, f"None: resolved at start to {expected!r} (read in the code)")
     if declared is None and expected is not None:
-        return Row("default", item, "ok", where, "None: the framework decides at start")
+        # A concrete YAML default against None: the framework now decides at start (vLLM 0.34's
+        # gpu_memory_utilization: 1.0 with the extensible KV cache, was 0.92), so the "defaults"
+        # cells would no longer run what the YAML says.
+        return Row(
+            "default", item, "changed", where, f"{flag.dest} = None (decided at start), YAML implies {expected!r}", True
+        )
     # An empty string is how some fields say "unset" (vLLM's reasoning_parser = "").
     same = declared == expected or (isinstance(expected, str) and str(declared) == expected)
     same = same or (expected is None and declared == "")
@@ -441,8 +448,9 @@ def audit(
     """``bakeoff backends audit``: the report text and the exit status (1 on a fatal row).
 
     ``write_defaults`` rewrites this backend's section of a pinned defaults table (YAML)
-    from what the wheel declares; ``missing_only`` (the drift job) fails on missing rows only,
-    since a newer release's defaults are expected to move.
+    from what the wheel declares; ``missing_only`` (the drift job) fails on missing rows and on
+    changed defaults only: a hidden or deprecated flag still works, but a moved default changes
+    what a "framework defaults" cell measures, and the drift job must catch it by itself.
     """
     backend = load_backend(name)
     spec = backend.audit
@@ -462,7 +470,7 @@ def audit(
         text += "\n\n" + format_diff(
             diff_wheels(load_index(old_path, packages), index), backend, old_path.name, path.name
         )
-    failing = [r for r in rows if r.fatal and (r.status == "missing" or not missing_only)]
+    failing = [r for r in rows if r.fatal and (r.status == "missing" or r.kind == "default" or not missing_only)]
     return text, int(bool(failing))
 
 

@@ -82,6 +82,13 @@ class CpuNeed(_Strict):
     reason: str = Field(min_length=1, description="why, from the framework's own code")
 
 
+class GpuNeed(_Strict):
+    """The GPU compute capability a knob value needs (``8.9`` is SM89: Ada; ``9.0``: Hopper)."""
+
+    min_capability: float = Field(gt=0, description="lowest compute capability, as nvidia-smi's compute_cap")
+    reason: str = Field(min_length=1, description="why, from the framework's own code")
+
+
 class KnobSpec(_Strict):
     """How one vocabulary knob reaches a backend, and which values it accepts.
 
@@ -108,6 +115,10 @@ class KnobSpec(_Strict):
     maximum: float | None = None
     change_needs: ChangeCost = "restart"
     always_set: bool = Field(default=False, description="render even when left at default")
+    default_resolved: bool = Field(
+        default=False,
+        description="the framework declares None and resolves it at start to this default (read in its code)",
+    )
     fills: str | None = Field(
         default=None, description="renders nothing itself: its value fills {this knob} in that knob's value"
     )
@@ -119,6 +130,9 @@ class KnobSpec(_Strict):
     )
     needs_model_dtype: list[str] = Field(
         default_factory=list, description="values the framework refuses unless the model dtype is the same"
+    )
+    needs_gpu: dict[str, GpuNeed] = Field(
+        default_factory=dict, description="value -> the GPU compute capability the framework needs for it"
     )
     needs_cpu: dict[str, CpuNeed] = Field(
         default_factory=dict, description="value -> the host CPU features the framework needs for it"
@@ -203,6 +217,7 @@ class ContainerSpec(_Strict):
     model_mount: str = "/model"
     build: str | None = Field(default=None, description="docker/ folder that builds the image")
     cuda_major: int | None = Field(default=None, description="CUDA major the image is built for (GPU images)")
+    cuda_minor: int = Field(default=0, ge=0, description="CUDA minor of that build (12.9: cuda_minor 9)")
     cuda_images: dict[int, str] = Field(
         default_factory=dict, description="the same release built for other CUDA majors: major -> image"
     )

@@ -1,8 +1,11 @@
-"""The container runtime: podman (preferred; with runc) or docker, found and called.
+"""The container runtime: podman or docker, found and called.
 
 :func:`find_runtime` picks the runtime (``BAKEOFF_CONTAINER_RUNTIME``, then podman, then a
-docker whose engine answers); :func:`runtime_cli` runs one of its commands with the global
-flags this machine class needs and a timeout, so a hung runtime ends with a clear error.
+docker whose engine answers); for GPU servers :func:`bakeoff.serving.runtime_facts.find_gpu_runtime`
+picks the one that can hand over the GPUs instead. :func:`runtime_cli` runs one of its commands
+with a timeout, so a hung runtime ends with a clear error. The OCI runtime under podman is the
+host's choice (``containers.conf``, which scripts/setup-podman.sh sets to runc where crun fails),
+not forced on every host; ``BAKEOFF_OCI_RUNTIME`` overrides it for one run.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from bakeoff.errors import LaunchError, RuntimeMissingError
 
 RUNTIMES = ("podman", "docker")
 RUNTIME_ENV = "BAKEOFF_CONTAINER_RUNTIME"
-_RUNC_PATHS = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
+OCI_RUNTIME_ENV = "BAKEOFF_OCI_RUNTIME"
 _CLI_TIMEOUT_S = 60.0
 _HINT = "Install podman with scripts/setup-podman.sh (or start a docker engine)."
 
@@ -33,16 +36,16 @@ def find_runtime(preferred: str | None = None) -> str:
             raise RuntimeMissingError(
                 f"container runtime {wanted!r} is not supported; use one of {', '.join(RUNTIMES)}"
             )
-        if not _runtime_usable(wanted):
+        if not runtime_usable(wanted):
             raise RuntimeMissingError(f"container runtime {wanted!r} is not usable here. {_HINT}")
         return wanted
     for name in RUNTIMES:
-        if _runtime_usable(name):
+        if runtime_usable(name):
             return name
     raise RuntimeMissingError(f"no container runtime found. {_HINT}")
 
 
-def _runtime_usable(name: str) -> bool:
+def runtime_usable(name: str) -> bool:
     if shutil.which(name) is None:
         return False
     if name == "podman":
@@ -57,11 +60,13 @@ def _runtime_usable(name: str) -> bool:
 
 
 def runtime_command(runtime: str) -> list[str]:
-    """The runtime executable with its global flags: podman runs with runc where installed."""
-    if runtime == "podman" and (shutil.which("runc") or any(map(os.path.exists, _RUNC_PATHS))):
-        # crun fails on cgroups on this machine class; runc works.
-        return ["podman", "--runtime", "runc"]
-    return [runtime]
+    """The runtime executable with its global flags: ``--runtime`` only where ``BAKEOFF_OCI_RUNTIME`` asks.
+
+    Forcing runc everywhere (a workaround for one machine class, whose containers.conf now says
+    it) would override a GPU host's own choice, e.g. the runtime its NVIDIA hooks are set up for.
+    """
+    oci = os.environ.get(OCI_RUNTIME_ENV)
+    return [runtime, "--runtime", oci] if oci and runtime == "podman" else [runtime]
 
 
 def shown_runtime() -> str:

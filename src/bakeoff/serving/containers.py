@@ -34,6 +34,7 @@ from bakeoff.serving.images import ensure_image
 from bakeoff.serving.knobs import draft_model_knob
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, port_in_use, wait_ready
+from bakeoff.serving.runtime_facts import RuntimeFacts, find_gpu_runtime, live_runtime_facts
 
 CONTAINER_CONFIG_DIR = "/bakeoff"
 LABEL = "bakeoff=1"
@@ -88,8 +89,12 @@ def container_run_args(
     config_path: Path | None = None,
     model: ContainerModel | None = None,
     draft_dir: Path | None = None,
+    facts: RuntimeFacts | None = None,
 ) -> list[str]:
     """The ``run -d ...`` arguments (after :func:`runtime_command`) for one launch. Pure.
+
+    ``facts`` (the runtime's own ``info``) leaves out the ``--ulimit`` values it would refuse
+    (rootless podman: a hard limit above the user's); without them every declared one is passed.
 
     The rendered argv's first word becomes ``--entrypoint`` so the backend YAML, not the
     image's ENTRYPOINT, decides what runs. ``config_path`` (the rendered config file on
@@ -133,7 +138,7 @@ def container_run_args(
         args.append("--ipc=host")
     if spec.shm_size:
         args += ["--shm-size", spec.shm_size]
-    for ulimit in spec.ulimits:
+    for ulimit in facts.accepted_ulimits(spec.ulimits) if facts is not None else spec.ulimits:
         args += ["--ulimit", ulimit]
     if spec.gpus:
         # docker's --gpus needs the NVIDIA container toolkit hook; podman uses CDI names.
@@ -268,6 +273,7 @@ def run_container(
         config_path=config_path,
         model=model,
         draft_dir=draft_dir,
+        facts=live_runtime_facts(runtime),
     )
     command_line = _record_launch(run_dir, log_path, runtime, name, args)
     follower: _LogFollower | None = None
@@ -304,7 +310,9 @@ def _preflight(
     spec = launch.backend.container
     if spec is None:
         raise LaunchError(f"backend {launch.backend.name!r} has no 'container' section")
-    runtime = runtime or find_runtime()
+    # A GPU server needs the runtime that can hand it the GPUs (docker with the NVIDIA runtime,
+    # or podman with a CDI spec), not whichever is installed first.
+    runtime = runtime or (find_gpu_runtime() if spec.gpus else find_runtime())
     if port_in_use(port):
         raise LaunchError(f"port {port} is already in use; pick another or stop what holds it")
     if model is None and (model_dir is None or not Path(model_dir).is_dir()):

@@ -52,16 +52,24 @@ def parse_cuda_version(nvidia_smi_text: str) -> tuple[int, int]:
 
 
 def check_cuda_compat(backend: BackendSpec, nvidia_smi_text: str) -> None:
-    """Refuse an image built for a newer CUDA major than the host driver supports.
+    """Refuse an image built for a newer CUDA than the host driver supports (:func:`cuda_refusal`)."""
+    if backend.container is None or backend.container.cuda_major is None:
+        return  # a CPU image needs no driver
+    refusal = cuda_refusal(backend, *parse_cuda_version(nvidia_smi_text))
+    if refusal is not None:
+        raise LaunchError(refusal)
 
-    A newer driver runs images of older CUDA majors, so only ``driver < image`` fails.
+
+def cuda_refusal(backend: BackendSpec, major: int, minor: int) -> str | None:
+    """Why the host driver (CUDA ``major.minor``) cannot run the backend's image, with the fix; None when it can.
+
+    A driver runs images of its own CUDA major and older ones, so only an older major fails;
+    an older minor of the same major runs under CUDA's minor-version compatibility
+    (:func:`cuda_minor_note` says what that leaves out).
     """
     spec = backend.container
-    if spec is None or spec.cuda_major is None:
-        return
-    major, minor = parse_cuda_version(nvidia_smi_text)
-    if major >= spec.cuda_major:
-        return
+    if spec is None or spec.cuda_major is None or major >= spec.cuda_major:
+        return None
     fits = sorted((m, image) for m, image in spec.cuda_images.items() if m <= major)
     if fits:
         m, image = fits[-1]
@@ -70,10 +78,26 @@ def check_cuda_compat(backend: BackendSpec, nvidia_smi_text: str) -> None:
             f"container.cuda_major to {m} in backends/{backend.name}.yaml, or upgrade the driver"
         )
     else:
-        fix = f"no CUDA {major} build of it exists; upgrade the NVIDIA driver to one with CUDA {spec.cuda_major}"
-    raise LaunchError(
-        f"backend {backend.name!r}: image {spec.image} is built for CUDA {spec.cuda_major} but the host "
-        f"driver supports CUDA {major}.{minor}; {fix}"
+        fix = (
+            f"no CUDA {major} build of it exists; upgrade the NVIDIA driver to one with CUDA "
+            f"{spec.cuda_major}.{spec.cuda_minor}"
+        )
+    return (
+        f"backend {backend.name!r}: image {spec.image} is built for CUDA {spec.cuda_major}.{spec.cuda_minor} but "
+        f"the host driver supports CUDA {major}.{minor}; {fix}"
+    )
+
+
+def cuda_minor_note(backend: BackendSpec, major: int, minor: int) -> str | None:
+    """What an older driver minor of the image's own CUDA major leaves out, or None when the driver is as new."""
+    spec = backend.container
+    if spec is None or spec.cuda_major is None or major != spec.cuda_major or minor >= spec.cuda_minor:
+        return None
+    return (
+        f"backend {backend.name!r}: image {spec.image} is built for CUDA {spec.cuda_major}.{spec.cuda_minor} and the "
+        f"host driver supports {major}.{minor}: it runs under CUDA minor-version compatibility, but kernels "
+        "shipped only as PTX fail to JIT-compile; upgrade the driver to one with CUDA "
+        f"{spec.cuda_major}.{spec.cuda_minor}"
     )
 
 

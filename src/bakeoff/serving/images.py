@@ -71,6 +71,39 @@ def image_with_tag(image: str, tag: str) -> str:
     return f"{name}:{tag}"
 
 
+# Docker's own default registry, what a short name means to docker; podman asks (a TTY) or,
+# with short-name-mode "enforcing" and no TTY, refuses it.
+DEFAULT_REGISTRY = "docker.io"
+
+
+def registry_of(image: str) -> str | None:
+    """The registry host an image names (``localhost``, ``host:port``, ``a.b``), or None for a short name.
+
+    Docker's rule: the first path component is a registry when it has a dot or a colon or is
+    ``localhost``; ``vllm/vllm-openai`` has none, so it is a short name.
+    """
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or "${" in first):
+        return first
+    return None
+
+
+def qualified_image(image: str) -> str:
+    """``image`` with the registry docker would read into a short name, so no runtime has to guess it."""
+    if registry_of(image) is not None:
+        return image
+    return (
+        f"{DEFAULT_REGISTRY}/{image}"
+        if "/" in image.split("@", 1)[0].split(":", 1)[0]
+        else f"{DEFAULT_REGISTRY}/library/{image}"
+    )
+
+
+def pinned_digest(image: str) -> str | None:
+    """The ``sha256:...`` an image reference pins (``name@sha256:...``), or None."""
+    return image.split("@", 1)[1] if "@" in image else None
+
+
 def floating_tag(image: str) -> bool:
     """A tag that moves (``latest``, or none at all): pulled again on every run."""
     if "@" in image:
@@ -91,10 +124,13 @@ def ensure_image(runtime: str, image: str, *, build: str | None = None) -> Image
         return inspect_image(runtime, image, build=build)
 
     started = time.monotonic()
-    with working(f"pulling {image}"):
-        pulled = runtime_cli(runtime, "pull", image, timeout_s=_PULL_TIMEOUT_S)
+    # Pulled by its fully qualified name: podman's enforced short-name resolution refuses a
+    # short one without a TTY, and this pull has none.
+    source = qualified_image(image)
+    with working(f"pulling {source}"):
+        pulled = runtime_cli(runtime, "pull", source, timeout_s=_PULL_TIMEOUT_S)
     if pulled.returncode != 0:
-        raise LaunchError(f"`{runtime} pull {image}` failed: {pulled.stderr.strip()[-1500:]}")
+        raise LaunchError(f"`{runtime} pull {source}` failed: {pulled.stderr.strip()[-1500:]}")
     record_image_seconds(image, time.monotonic() - started, "pull")
     return inspect_image(runtime, image, build=build)
 
