@@ -119,7 +119,7 @@ lock:
 	scripts/lock.sh $(if $(UPGRADE),--upgrade,)
 
 bench-loadgen: venv
-	$(BIN)/python benchmarks/loadgen_overhead.py
+	$(BIN)/python benchmarks/loadgen_overhead.py --levels 64,128 --itl-ms 10 --output-tokens 64 --min-requests 1040 --vllm-python .venv-engine/bin/python --out loadgen-overhead.json
 
 clean-reports:
 	rm -rf reports/*/

@@ -144,3 +144,41 @@ def test_uppercase_hex_sizes_in_both_paths() -> None:
     assert parser.feed(b"A\r\n" + b"x" * 10 + b"\r\n") == b"x" * 10  # fast path
     assert parser.feed(b"B\r\n" + b"y" * 11 + b"\r\n0\r\n\r\n") == b"y" * 11  # general path
     assert parser.complete
+
+
+def test_whole_chunks_reads_one_chunk_a_read_as_feed_does() -> None:
+    reads = [b"9\r\ndata: a\n\n\r\n", b"A\r\ndata: bc\n\n\r\n", b"e\r\ndata: [DONE]\n\n\r\n"]
+    batch, single = ResponseParser(), ResponseParser()
+    batch.feed(HEAD)
+    single.feed(HEAD)
+    assert batch.whole_chunks(reads) == [single.feed(r) for r in reads]
+    # Whole chunks leave the parser at a chunk start: the end is read as usual.
+    assert batch.feed(b"0\r\n\r\n") == b"" and batch.complete
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [b"9\r\ndata: a\n\n\r\n9\r\ndata: b\n\n\r\n"],  # two chunks in one read
+        [b"9\r\ndata: a", b"\n\n\r\n"],  # one chunk over two reads
+        [b"9\r\ndata: a\n\n\r\n", b"0\r\n\r\n"],  # the last chunk
+        [b"0x9\r\ndata: a\n\n\r\n"],  # a size int() takes and HTTP does not
+        [b"+9\r\ndata: a\n\n\r\n"],
+        [b"a\r\ndata: a\r\n\r\n\r\n"],  # data holding a CRLF of its own
+        [b"8\r\ndata: a\n\n\r\n"],  # a size that is not the data's
+    ],
+)
+def test_whole_chunks_leaves_anything_else_to_feed(reads: list[bytes]) -> None:
+    parser = ResponseParser()
+    parser.feed(HEAD)
+    assert parser.whole_chunks(reads) is None
+
+
+def test_whole_chunks_only_at_a_chunk_start_of_a_chunked_body() -> None:
+    parser = ResponseParser()
+    assert parser.whole_chunks([b"9\r\ndata: a\n\n\r\n"]) is None  # no headers yet
+    parser.feed(HEAD + b"9\r\ndata:")
+    assert parser.whole_chunks([b"9\r\ndata: a\n\n\r\n"]) is None  # mid-chunk
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n")
+    assert parser.whole_chunks([b"9\r\ndata: a\n\n\r\n"]) is None  # not chunked

@@ -433,6 +433,62 @@ def test_the_retry_after_a_closed_idle_connection_goes_out_on_a_new_one() -> Non
     assert server.connections == 3  # two for the pair; the third request's retry opened the third
 
 
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class PiecemealStream:
+    """Sends a stream in separate writes: a split event, and the last chunk split in two."""
+
+    def __init__(self) -> None:
+        def event(text: str, finish: str | None = None) -> bytes:
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+            return b"data: " + orjson.dumps({"object": "text_completion", "choices": [choice]}) + b"\n\n"
+
+        usage = {"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": 4}}
+        split = _chunk(event(" c"))
+        self.writes = [
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + _chunk(event("")),
+            _chunk(event(" a")),
+            _chunk(event(" b")),
+            split[:20],  # an event over two reads
+            split[20:],
+            _chunk(event(" d", "length") + b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n"),
+            b"0\r\n",  # the last chunk over two reads
+            b"\r\n",
+        ]
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+        for piece in self.writes:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.02)  # each write its own read
+        await reader.read()  # kept alive: only the bytes can tell the client the response ended
+        writer.close()
+
+
+def test_a_stream_in_pieces_is_read_whole_with_each_event_at_its_own_read() -> None:
+    """Reads that wait to be parsed (data_received) keep their own stamps; a split end still ends the response."""
+    server = PiecemealStream()
+
+    async def drive() -> RequestRecord:
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
+        item = planned(1, 4)[0]
+        async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}", stall_timeout_s=2)) as client:
+            return await client.send(item, RequestRecord(item.request_id))
+
+    record = asyncio.run(drive())
+    assert record.ok, record.error
+    assert record.output_text == " a b c d" and record.completion_tokens == 4 and record.finish_reason == "length"
+    # Four content chunks from four reads (the split event at its second half), each later than the one before.
+    assert len(record.chunk_ns) == 4 and record.chunk_ns == sorted(set(record.chunk_ns))
+    assert record.first_event_ns < record.first_token_ns == record.chunk_ns[0] < record.end_ns
+
+
 def test_invalid_base_url_is_a_spec_error() -> None:
     async def enter() -> None:
         async with StreamingClient(settings("ftp://127.0.0.1:1")):

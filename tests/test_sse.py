@@ -220,3 +220,31 @@ def test_split_tokens_empty() -> None:
 def test_split_tokens_always_sums_to_total(total: int, weights: list[int]) -> None:
     shares = split_tokens(total, weights)
     assert sum(shares) == total and len(shares) == len(weights) and min(shares) >= 0
+
+
+def test_single_events_take_one_event_a_chunk_as_feed_does() -> None:
+    chunks = [b'data: {"a": 1}\n\n', b"data: x\n\n", b"data: [DONE]\n\n"]
+    single = SSEDecoder()
+    assert SSEDecoder().single_events(chunks) == [e for c in chunks for e in single.feed(c)]
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"data: a\n\ndata: b\n\n"],  # two events in one chunk
+        [b"data: a\n", b"\n"],  # one event over two chunks
+        [b"data: a\ndata: b\n\n"],  # a two-line event
+        [b": keep-alive\n\n"],  # a comment
+        [b"data: a\r\n\r\n"],  # CRLF line ends
+        [b"data:a\n\n"],  # no space after the colon: feed takes it, the batch leaves it
+        [b"event: x\ndata: a\n\n"],
+    ],
+)
+def test_single_events_leave_anything_else_to_feed(chunks: list[bytes]) -> None:
+    assert SSEDecoder().single_events(chunks) is None
+
+
+def test_single_events_wait_for_a_pending_event() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a") == []
+    assert decoder.single_events([b"data: b\n\n"]) is None

@@ -2,12 +2,15 @@
 
 The hot path runs in the read callback of an :class:`asyncio.BufferedProtocol`: each
 received segment is stamped with ``perf_counter_ns`` the moment the event loop hands it
-over, de-chunked (:mod:`bakeoff.measure.http1`) and split into SSE events, which are kept with
-their stamps; their JSON is parsed once the stream is over. There are no stream-reader
-futures, task switches or timer re-arms per chunk: a general HTTP client spends several
-times the CPU per chunk, which at a few hundred streams is what limits a measurement.
-Everything derived (token shares per chunk, fallback token counts) happens after the
-stream ends. Connections are kept alive and reused. Failures never raise out of
+over and kept, raw. A read of a chunked 200 stream that ends an event and a chunk cannot
+end the response, so it is only kept; the next read that can (or that may hold an error
+object) parses every kept read at its own stamp, de-chunked (:mod:`bakeoff.measure.http1`)
+and split into SSE events, the usual one-event-a-chunk run of reads in one batch. The
+JSON is parsed once the stream is over. There are no stream-reader futures, task
+switches or timer re-arms per chunk: a general HTTP client spends several times the CPU
+per chunk, which at a few hundred streams is what limits a measurement. Everything
+derived (token shares per chunk, fallback token counts) happens after the stream ends.
+Connections are kept alive and reused. Failures never raise out of
 :meth:`StreamingClient.send`: they become records with an ``error_kind``.
 
 A reasoning model's thinking (its own delta field) is a chunk like any other, marked
@@ -40,6 +43,7 @@ ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completion
 ERROR_BODY_LIMIT = 500
 # In every error object (``{"error": ...}``, ``"object": "error"``) and never in escaped text.
 ERROR_MARK = b'"error"'
+_EVENT_END = b"\n\n\r\n"  # an SSE event's blank line, then the CRLF that ends its chunk
 READ_BUFFER_BYTES = 1 << 18
 _perf_ns = time.perf_counter_ns
 
@@ -115,7 +119,10 @@ class _Stream:
         "event_ns",
         "events",
         "last_ns",
+        "parsed",
         "phases",
+        "read_ns",
+        "reads",
         "record",
         "texts",
         "usage",
@@ -123,6 +130,9 @@ class _Stream:
 
     def __init__(self, record: RequestRecord) -> None:
         self.record = record
+        self.reads: list[bytes] = []  # every received segment, as received
+        self.read_ns: list[int] = []  # the moment each arrived
+        self.parsed = 0  # reads handed to the HTTP parser so far
         self.decoder = SSEDecoder()
         self.events: list[bytes] = []
         self.event_ns: list[int] = []
@@ -146,8 +156,12 @@ class _Stream:
         return self.on_events(self.decoder.feed(data), now)
 
     def on_events(self, payloads: list[bytes], now: int) -> str | None:
+        return self.on_timed_events(payloads, [now] * len(payloads))
+
+    def on_timed_events(self, payloads: list[bytes], stamps: list[int]) -> str | None:
+        """Keep each event with the moment it arrived; return the error of an error object."""
         record = self.record
-        for payload in payloads:
+        for payload, now in zip(payloads, stamps, strict=True):
             if record.first_event_ns == 0:
                 record.first_event_ns = now
             if payload == DONE:
@@ -220,6 +234,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.reused = False
         self.received = False  # any byte of the current response
+        self.streaming = False  # a chunked 200 body: reads that cannot end it wait (data_received)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -231,6 +246,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.stream = stream
         self.waiter = waiter
         self.received = False
+        self.streaming = False
         now = _perf_ns()
         stream.last_ns = now
         self.transport.write(request)
@@ -250,24 +266,60 @@ class _Connection(asyncio.BufferedProtocol):
             return
         self.received = True
         stream.last_ns = now
-        parser = self.parser
+        stream.reads.append(data)
+        stream.read_ns.append(now)
+        # In a chunked 200 stream a read ending an event and a chunk ("\n\n\r\n") cannot end
+        # the response (its last chunk ends in "\r\n\r\n"): unless it may hold an error object
+        # it is parsed, with its own stamp, with the next read that can.
+        if self.streaming and data.endswith(_EVENT_END) and ERROR_MARK not in data:
+            return
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Parse the reads not parsed yet, each at its own stamp; resolve once the response ended or failed."""
+        stream = self.stream
+        if stream is None:
+            return
+        record, parser, reads, stamps = stream.record, self.parser, stream.reads, stream.read_ns
+        i = stream.parsed
+        last = len(reads) - 1
+        if self.streaming and last - i > 1:
+            # The reads that waited, as a stream usually arrives (each one whole event in one
+            # whole chunk), are taken together; otherwise, and the last read, one by one.
+            waited = reads[i:last]
+            chunks = parser.whole_chunks(waited)
+            payloads = stream.decoder.single_events(chunks) if chunks is not None else None
+            if payloads is not None:
+                error = stream.on_timed_events(payloads, stamps[i:last])
+                stream.parsed = i = last
+                if error is not None:
+                    self.resolve(_Failure("protocol", error))
+                    return
         try:
-            body = parser.feed(data)
+            while i < len(reads):
+                now = stamps[i]
+                body = parser.feed(reads[i])
+                i += 1
+                if parser.headers_done and record.headers_ns == 0:
+                    stream.on_headers(parser.status, now)
+                if body:
+                    error = stream.on_body(body, now)
+                    if error is not None:
+                        self.resolve(_Failure("protocol", error))
+                        return
+                if parser.complete:
+                    record.end_ns = now
+                    self.resolve(None)
+                    return
         except HttpProtocolError as exc:
             self.resolve(_Failure("protocol", f"invalid HTTP response: {exc}"))
             return
-        if parser.headers_done and stream.record.headers_ns == 0:
-            stream.on_headers(parser.status, now)
-        if body:
-            error = stream.on_body(body, now)
-            if error is not None:
-                self.resolve(_Failure("protocol", error))
-                return
-        if parser.complete:
-            stream.record.end_ns = now
-            self.resolve(None)
+        finally:
+            stream.parsed = i
+        self.streaming = parser.chunked and record.http_status == 200
 
     def eof_received(self) -> bool:
+        self.catch_up()  # the reads that waited: the parser must see every byte before the end
         try:
             self.parser.feed_eof()
         except HttpProtocolError as exc:
@@ -453,9 +505,12 @@ class StreamingClient:
                         pool.release(conn)
                         conn = None
                         continue
-                    stream.replay()  # what arrived before the failure is kept
+                    conn.catch_up()  # what arrived before the failure is kept
+                    stream.replay()
                     return _fail(record, failure.kind, str(failure), stream)
         except asyncio.CancelledError:
+            if conn is not None:
+                conn.catch_up()
             stream.replay()
             _fail(record, "cancelled", "run interrupted", stream)
             if conn is not None:

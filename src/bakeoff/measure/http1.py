@@ -10,6 +10,7 @@ upgrades; informational ``1xx`` responses are skipped.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Literal
 
 HEADER_LIMIT = 1 << 16
@@ -51,6 +52,11 @@ class ResponseParser:
         self.keep_alive = True
         self.complete = False
 
+    @property
+    def chunked(self) -> bool:
+        """Whether the body is chunked (known once ``headers_done``)."""
+        return self._framing == "chunked"
+
     def feed(self, data: bytes) -> bytes:
         """Consume ``data``; return the body bytes it completed (often all of it)."""
         if not self.headers_done:
@@ -71,6 +77,32 @@ class ResponseParser:
                 if len(data) > len(body):
                     self.keep_alive = False
             return body
+        return data
+
+    def whole_chunks(self, reads: list[bytes]) -> list[bytes] | None:
+        """The data of each of ``reads`` when each is exactly one whole non-final chunk; else None.
+
+        The batch form of the one-chunk-a-read fast path, for reads parsed after they
+        arrived: a few passes over all of them at once instead of a call per read. Whole
+        chunks leave the parser where it was (at a chunk start), so it is not changed;
+        with None the reads go through :meth:`feed` one by one.
+        """
+        if not (self.headers_done and self._framing == "chunked" and self._state == _SIZE) or self._buf:
+            return None
+        parts = b"".join(reads).split(b"\r\n")
+        # Size line, data, size line, data ... then the empty rest after the last CRLF; data
+        # holding a CRLF of its own splits further and is left to feed().
+        if len(parts) != 2 * len(reads) + 1 or parts[-1]:
+            return None
+        sizes, data = parts[0:-1:2], parts[1::2]
+        if not all(sizes) or max(map(len, sizes)) > _SIZE_DIGITS or b"".join(sizes).translate(None, _HEX):
+            return None
+        lengths = list(map(int, sizes, repeat(16)))
+        if 0 in lengths or lengths != list(map(len, data)):
+            return None
+        # Every read one chunk: its size line, its data and two CRLFs.
+        if list(map(len, reads)) != [len(size) + n + 4 for size, n in zip(sizes, lengths, strict=True)]:
+            return None
         return data
 
     def feed_eof(self) -> None:

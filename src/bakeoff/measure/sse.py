@@ -73,6 +73,24 @@ class SSEDecoder:
         self._buffer = buffer[start:]
         return events
 
+    def single_events(self, chunks: list[bytes]) -> list[bytes] | None:
+        """The payload of each of ``chunks`` when each is exactly one one-line ``data: `` event; else None.
+
+        The batch form of :meth:`feed`'s fast path, for chunks parsed after they arrived;
+        with None nothing was consumed and the chunks go through :meth:`feed` one by one.
+        """
+        if self._buffer or self._data:
+            return None
+        blob = b"".join(chunks)
+        events = blob.split(b"\n\n")
+        # One blank line per chunk and no other newline, each chunk ending in its own.
+        if blob.count(b"\n") != 2 * len(chunks) or b"\r" in blob or events[-1]:
+            return None
+        if list(map(len, chunks)) != [len(e) + 2 for e in events[:-1]]:
+            return None
+        payloads = [e[6:] for e in events[:-1] if e.startswith(b"data: ")]
+        return payloads if len(payloads) == len(chunks) else None
+
     def flush(self) -> list[bytes]:
         """Events left when the stream closed without a final blank line."""
         tail = self.feed(b"\n\n") if self._buffer or self._data else []
