@@ -272,6 +272,7 @@ def _run_plans(
         pid = handle.pid if handle.kind in ("process", "rehearsal") else None  # its CPU/RSS go into telemetry
         target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False, watch=watch, server_pid=pid)
         target.client_processes = cell.client_processes
+        target.gpus = pinned_indices(handle)  # NVML telemetry and energy from the server's own GPUs
         result = execute_plan(plan, target, cell_dir / "runs" / plan.name, cache_state=cache, repeat=cell.repeat)
         server.ran(plan)
         summaries[plan.name] = result
@@ -353,8 +354,18 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "image_digest": handle.image_digest,
             "base_url": handle.base_url,
             "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.weight_types),
+            "gpus": handle.extra.get("gpus"),
         },
     }
+
+
+def pinned_indices(handle: ServerHandle) -> list[int] | None:
+    """The NVML indices of the GPUs a launcher pinned the server to (None: not a pinned GPU server)."""
+    pinned = handle.extra.get("gpus")
+    devices = pinned.get("devices") if isinstance(pinned, dict) else None
+    if not isinstance(devices, list) or not all(isinstance(d, str) and d.isdigit() for d in devices):
+        return None
+    return [int(d) for d in devices]
 
 
 def _time_restart(cell: Cell, source: ModelSource, served_name: str, cell_dir: Path) -> float | None:

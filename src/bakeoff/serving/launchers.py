@@ -25,6 +25,7 @@ drives the load once a handle is yielded.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from bakeoff.serving.containers import container_run_args, render_container_laun
 from bakeoff.serving.engine_build import build_engine
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.gpu_checks import check_cuda_compat
+from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
 from bakeoff.serving.gpus import query_nvidia_smi
 from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
@@ -90,9 +92,20 @@ class LaunchContext:
     draft_dir: Path | None = None  # the campaign's model.draft_path, for speculative decoding
     port: int | None = None  # the host port to serve on (bakeoff serve --port); None: a free one
     stand_in: StandIn | None = None  # a rehearsal's quality answers and real checkpoint; None: no quality set
+    # The GPUs the server holds; None: from CUDA_VISIBLE_DEVICES (Ray's share) or the first N (gpu_pinning).
+    gpus: GpuAssignment | None = None
 
     def host_port(self) -> int:
         return self.port if self.port is not None else free_port()
+
+    def gpu_assignment(self) -> GpuAssignment | None:
+        """The GPUs a GPU server is pinned to (None for a CPU server)."""
+        if self.backend.accelerator != "gpu":
+            return None
+        if self.gpus is not None:
+            return self.gpus
+        count = gpu_count(self.backend, self.server.knobs)
+        return assign_gpus(count, os.environ, label=f"server {self.server.label!r}")
 
 
 Started = Iterator[tuple[ServerHandle, RenderedLaunch]]
@@ -164,11 +177,12 @@ def _container(ctx: LaunchContext) -> Started:
     if backend.accelerator == "gpu":
         # Before any pull: an image newer than the driver's CUDA fails only after minutes.
         check_cuda_compat(backend, query_nvidia_smi())
-    source, engine_s = ctx.source, None
+    gpus = ctx.gpu_assignment()
+    source, engine_s, engine_cached = ctx.source, None, None
     if backend.engine_build is not None:
         # The engine flow serves a prebuilt engine: build (or reuse) it first, timed.
-        engine = build_engine(source.local_dir_or_raise(), backend, ctx.server.knobs)
-        source, engine_s = ModelSource(hf_id=None, local_dir=engine.path), engine.seconds
+        engine = build_engine(source.local_dir_or_raise(), backend, ctx.server.knobs, gpus=gpus)
+        source, engine_s, engine_cached = ModelSource(hf_id=None, local_dir=engine.path), engine.seconds, engine.cached
     model = source.container_mount(backend.container.model_mount)
     launch = render_container_launch(
         backend, ctx.server.knobs, served_model_name=ctx.served_name, model_arg=model.model_arg
@@ -182,8 +196,10 @@ def _container(ctx: LaunchContext) -> Started:
         model=model,
         headers=ctx.headers,
         draft_dir=ctx.draft_dir,
+        gpus=gpus,
     ) as handle:
         handle.extra["engine_build_s"] = engine_s
+        handle.extra["engine_build_cached"] = engine_cached
         yield handle, launch
 
 
@@ -244,6 +260,7 @@ def rehearsed_container_command(
     draft_dir: Path | None = None,
     config_path: Path | None = None,
     name: str | None = None,
+    gpus: GpuAssignment | None = None,
 ) -> str:
     """The exact container command a GPU host would execute for this launch (never run here).
 
@@ -260,6 +277,7 @@ def rehearsed_container_command(
         config_path=config_path,
         model=model,
         draft_dir=draft_dir,
+        gpus=gpus,
     )
     return shell_words([*runtime_command(runtime), *args])
 
@@ -305,7 +323,10 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     if launch.config_text is not None and backend.config_file is not None:
         config = ctx.run_dir / f"rehearsed-{backend.config_file.filename}"
         config.write_text(launch.config_text)
-    command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir, config_path=config)
+    gpus = ctx.gpu_assignment()
+    command = rehearsed_container_command(
+        launch, model, port=port, draft_dir=ctx.draft_dir, config_path=config, gpus=gpus
+    )
     prefix_caching = launch.knobs.get("prefix_caching", True) is not False
     reasoning = launch.knobs.get("reasoning_parser") not in (None, "none")
     canned, logprob = _plant_quality(ctx, launch)
@@ -324,6 +345,7 @@ def _rehearsal(ctx: LaunchContext) -> Started:
         stand_in, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra.update({"rehearsal": True, "stand_in_command": handle.command_line, "engine_build_s": None})
+        handle.extra["gpus"] = gpus.to_json() if gpus is not None else None
         handle.kind = "rehearsal"
         handle.command_line = command
         handle.image = backend.container.image if backend.container else None
