@@ -68,6 +68,7 @@ from bakeoff.serving.death_watch import watch_for
 from bakeoff.serving.knobs import effective_dtypes
 from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
+from bakeoff.serving.preflight import PreflightResult
 from bakeoff.serving.process import ServerHandle, reap_leftovers
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import OpenLoop
@@ -197,6 +198,8 @@ def _measure_cell(
     if "server" not in effort:
         handle, launch = server.current()
         effort.update(_static_effort(cell, launch, handle))
+        # What the image does with the knobs left unset, read by its own parser before the start.
+        effort["server"]["image_defaults"] = image_defaults(cell_dir.parent.parent, cell.server.label)
     _run_plans(cell, spec, plans, count_tokens, server, cell_dir, effort, info, summaries)
     if spec.quality is not None and check_quality:  # after the speed runs, on the same server
         settings = client_settings(cell, server.current()[0], count_tokens)
@@ -368,6 +371,23 @@ def pinned_indices(handle: ServerHandle) -> list[int] | None:
     return [int(d) for d in devices]
 
 
+PREFLIGHT_FILE = "preflight.json"
+
+
+def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) -> None:
+    """What the pre-flight found per server (the image's own defaults among it), for each run's run.json."""
+    servers = {c.label: c.to_json() for c in checks}
+    write_json(out / PREFLIGHT_FILE, {"skipped": skipped, "servers": servers})
+
+
+def image_defaults(campaign_dir: Path, label: str) -> dict[str, Any] | None:
+    """The defaults the server's image gave its pre-flight (None where no pre-flight read them)."""
+    path = campaign_dir / PREFLIGHT_FILE
+    found = read_json(path).get("servers", {}).get(label) if path.is_file() else None
+    defaults = found.get("image_defaults") if isinstance(found, dict) else None
+    return dict(defaults) if isinstance(defaults, dict) and defaults else None
+
+
 def _time_restart(cell: Cell, source: ModelSource, served_name: str, cell_dir: Path) -> float | None:
     """Second start of the same server: caches (compiled kernels, page cache) are warm now."""
     if cell.server.url:
@@ -402,8 +422,12 @@ def run_campaign(
     *,
     rehearse: bool = False,
     fresh: bool = False,
+    skip_preflight: bool = False,
 ) -> Path:
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``.
+
+    ``skip_preflight``: start the servers without parsing their launches first (for a launch
+    the pre-flight cannot judge); said on the terminal and recorded in ``preflight.json``.
 
     A rehearsal goes to ``reports/NAME-rehearsal`` unless told otherwise, never beside real runs.
     Cells the folder already holds, measured the same way, are skipped (:mod:`bakeoff.campaign.resume`);
@@ -422,10 +446,13 @@ def run_campaign(
     spec, cells = prepare(path, out, only, rehearse=rehearse)
     # Each launch parsed by its framework (in its image, or a rehearsal stand-in) before any
     # server starts: a flag the release refuses costs seconds here, not a GPU start-up.
-    checks = preflight_cells(cells, rehearse=rehearse, automatic=True)
+    checks = [] if skip_preflight else preflight_cells(cells, rehearse=rehearse, automatic=True)
+    if skip_preflight:
+        print("preflight: skipped (--skip-preflight): no launch was parsed before its server starts", file=sys.stderr)
     for check in checks:
         if check.status != "skipped":
             print(f"preflight: {check.line()}", file=sys.stderr)
+    write_preflight(out, checks, skipped=skip_preflight)
     refuse_on_failure(checks, path)
     # What a campaign killed hard (SIGKILL, a lost machine) left: its servers, its unfinished runs.
     reap_leftovers(out / "cells")

@@ -125,6 +125,12 @@ def _add_campaign_commands(sub: Subcommands) -> None:
         "scaled-down campaign end to end (default out: reports/CAMPAIGN-rehearsal); measures nothing",
     )
     run.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="start the servers without parsing each launch with its framework's parser first (for a launch "
+        "the pre-flight cannot judge); the campaign folder's preflight.json records that it was skipped",
+    )
+    run.add_argument(
         "--fresh",
         action="store_true",
         help="measure every cell again; by default cells already measured in the output folder with the same "
@@ -285,7 +291,12 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         )
     else:
         report = run_campaign(
-            campaign_file(args.file), out_dir=args.out, only=args.only, rehearse=args.rehearse, fresh=args.fresh
+            campaign_file(args.file),
+            out_dir=args.out,
+            only=args.only,
+            rehearse=args.rehearse,
+            fresh=args.fresh,
+            skip_preflight=args.skip_preflight,
         )
     note = " (REHEARSAL: reference-server stand-ins, not a measurement)" if args.rehearse else ""
     print(f"report: {report}{note}")
