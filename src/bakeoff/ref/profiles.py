@@ -32,7 +32,8 @@ sglang  chunks dumped with every null field ("usage": null, matched_stop);    en
 sglang  several tokens per chunk: every 10th chunk carries one more token     DESIGN.md (29-31 chunks for 32
                                                                               tokens seen on CPU)
 sglang  usage.prompt_tokens_details.cached_tokens always, 0 included          openai/usage_processor.py
-sglang  sglang: counters cached_tokens_total, prompt_tokens_total...;         srt/metrics/collector.py
+sglang  sglang: counters cached_tokens_total (from the first hit on),        srt/metrics/collector.py,
+        prompt_tokens_total...;                                               observability/metrics_collector.py
         gauges cache_hit_rate (last prefill only), token_usage,
         num_running_reqs, num_queue_reqs
 sglang  /flush_cache (GET, POST): 400 while requests run, else clears; both   http_server.py flush_cache
@@ -293,7 +294,9 @@ class SglangProfile(WireProfile):
                 ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", lab, c.prompt_tokens),
                 ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", lab,
                  c.generation_tokens),
-                ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", lab, c.cache_hits),
+                # Created at the first cache hit (0.5.23 observability/metrics_collector.py): absent before.
+                *([("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", lab, c.cache_hits)]
+                  if c.cache_hits else []),
                 ("sglang:num_requests_total", "counter", "Number of requests processed.", lab, c.requests),
                 ("sglang:num_retracted_requests_total", "counter", "Number of retracted requests.", lab,
                  c.preemptions),
