@@ -358,6 +358,8 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "base_url": handle.base_url,
             "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.weight_types),
             "gpus": handle.extra.get("gpus"),
+            # True: the engine came from the cache and engine_build_s is the original build's time.
+            "engine_build_cached": handle.extra.get("engine_build_cached"),
         },
     }
 
