@@ -594,7 +594,11 @@ def test_every_scraped_name_and_path_exists_in_the_profile(name: str, spec: dict
             assert "sglang:cached_tokens_total" not in values
         await post(session, url, body(False), chat=False)  # the same prompt again: a cache hit
         _, values = await metrics(session, url + spec["metrics"]["path"])
-        assert [n for n in wanted if n not in values] == []
+        # After the hit, only lazy counters of events that did not happen (a retraction) may be missing.
+        hit_counters = {"sglang:cached_tokens_total", "vllm:prefix_cache_hits_total"}
+        assert {n for n in wanted if n not in values} <= lazy - hit_counters
+        if name == "sglang":  # no retraction yet: 0.5.23 binds the counter's labels at the first one
+            assert "sglang:num_retracted_requests_total" not in values
         stats = spec["metrics"].get("iteration_stats")
         if stats:
             async with session.get(url + stats["path"]) as resp:

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -29,8 +29,9 @@ from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.rehearsal import stand_in_for
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
+from bakeoff.campaign.smoke import run_smoke
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
-from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.errors import LaunchError, ServerDiedError, SmokeFailedError, SpecError
 from bakeoff.history.archive import archive_after_run, history_root
 from bakeoff.history.calibration import calibrate
 from bakeoff.measure.client import ClientSettings, TokenCounter
@@ -47,11 +48,13 @@ from bakeoff.results.layout import (
     CAMPAIGN_COPY,
     LADDER_FILE,
     LADDER_MARKDOWN,
+    PREFLIGHT_FILE,
     QUALITY_FILE,
     REHEARSAL_TAG,
     is_rehearsal,
     load_cells,
 )
+from bakeoff.results.smoke import SMOKE_FILE
 from bakeoff.results.store import (
     CELL_INFO,
     SUMMARY,
@@ -373,9 +376,6 @@ def pinned_indices(handle: ServerHandle) -> list[int] | None:
     return [int(d) for d in devices]
 
 
-PREFLIGHT_FILE = "preflight.json"
-
-
 def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) -> None:
     """What the pre-flight found per server (the image's own defaults among it), for each run's run.json."""
     servers = {c.label: c.to_json() for c in checks}
@@ -425,11 +425,15 @@ def run_campaign(
     rehearse: bool = False,
     fresh: bool = False,
     skip_preflight: bool = False,
+    smoke: SmokeMode = "auto",
 ) -> Path:
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``.
 
     ``skip_preflight``: start the servers without parsing their launches first (for a launch
     the pre-flight cannot judge); said on the terminal and recorded in ``preflight.json``.
+    ``smoke``: the smoke run (:mod:`bakeoff.campaign.smoke`) first; ``only`` runs nothing else
+    and returns ``smoke.json``'s path; ``auto`` smokes real runs of GPU servers (see
+    :func:`wants_smoke`). A failed smoke raises :class:`SmokeFailedError` before any cell.
 
     A rehearsal goes to ``reports/NAME-rehearsal`` unless told otherwise, never beside real runs.
     Cells the folder already holds, measured the same way, are skipped (:mod:`bakeoff.campaign.resume`);
@@ -460,6 +464,10 @@ def run_campaign(
     reap_leftovers(out / "cells")
     reap_containers(out / "cells")
     salvage_runs(out / "cells", resolve_slo(spec.slo))
+    if wants_smoke(smoke, cells, rehearse=rehearse):
+        smoked = smoke_campaign(spec, cells, out, rehearse=rehearse)
+        if smoke == "only":
+            return smoked
     failures: list[str] = []
     tag = REHEARSAL_TAG if rehearse else ""
     measured = calibrate(history_root())  # the history's start-up and decode figures, where it has them
@@ -484,6 +492,39 @@ def run_campaign(
     # Into the history, where the next run of this campaign cannot overwrite it (bakeoff.history.archive).
     archive_after_run(out, path)
     return report
+
+
+SmokeMode = Literal["auto", "only", "off"]
+
+
+def wants_smoke(mode: SmokeMode, cells: list[Cell], *, rehearse: bool) -> bool:
+    """Whether a campaign run smokes its servers first.
+
+    ``auto``: a real run with a GPU server bakeoff launches: there a failed start or a wrong
+    metric name found hours in costs booked GPU time; a CPU cell's failure costs what its
+    smoke would, and a rehearsal smokes when asked (``--smoke``), to stay quick.
+    """
+    if mode != "auto":
+        return mode == "only"
+    return not rehearse and any(c.backend.accelerator == "gpu" and c.server.url is None for c in cells)
+
+
+def smoke_campaign(spec: CampaignSpec, cells: list[Cell], out: Path, *, rehearse: bool) -> Path:
+    """Smoke-run every server (:mod:`bakeoff.campaign.smoke`); the path of ``smoke.json``, or the failure raised."""
+    source = resolve_model(spec.model)
+
+    def start(cell: Cell, run_dir: Path) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+        return start_server(cell, source, spec.model.served_name, run_dir)
+
+    result = run_smoke(cells, out, start, rehearse=rehearse)
+    if not result.passed:
+        raise SmokeFailedError(
+            "the smoke run failed, so the campaign did not start: "
+            + "; ".join(result.failures())
+            + f" (every step: {out / SMOKE_FILE}; servers' logs under {out / 'smoke'}). "
+            "Fix it and run again, or skip the smoke with --no-smoke"
+        )
+    return out / SMOKE_FILE
 
 
 def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) -> Path:

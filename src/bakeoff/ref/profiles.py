@@ -33,6 +33,7 @@ sglang  several tokens per chunk: every 10th chunk carries one more token     DE
                                                                               tokens seen on CPU)
 sglang  usage.prompt_tokens_details.cached_tokens always, 0 included          openai/usage_processor.py
 sglang  sglang: counters cached_tokens_total (from the first hit on),        srt/metrics/collector.py,
+        num_retracted_requests_total (from the first retraction on),
         prompt_tokens_total...;                                               observability/metrics_collector.py
         gauges cache_hit_rate (last prefill only), token_usage,
         num_running_reqs, num_queue_reqs
@@ -298,8 +299,9 @@ class SglangProfile(WireProfile):
                 *([("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", lab, c.cache_hits)]
                   if c.cache_hits else []),
                 ("sglang:num_requests_total", "counter", "Number of requests processed.", lab, c.requests),
-                ("sglang:num_retracted_requests_total", "counter", "Number of retracted requests.", lab,
-                 c.preemptions),
+                # Its labels are bound at the first retraction (increment_retracted_reqs): absent before.
+                *([("sglang:num_retracted_requests_total", "counter", "Total number of retracted requests.", lab,
+                    c.preemptions)] if c.preemptions else []),
                 # Gauges of the last logging interval, exported (0) with speculation off too; the
                 # counter of verification steps appears with the first one (observability/metrics_collector.py).
                 ("sglang:spec_accept_length", "gauge", "Mean acceptance length of speculative decoding (accepted "
