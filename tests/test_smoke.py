@@ -28,6 +28,7 @@ from bakeoff.serving.process import ServerHandle
 
 REPO = Path(__file__).resolve().parents[1]
 THREE = REPO / "campaigns" / "gpu-7b-three-frameworks.yaml"
+BUILD_COST = REPO / "campaigns" / "gpu-7b-build-cost.yaml"
 
 
 def test_a_lazy_counter_is_marked_lazy_a_speculative_one_off_and_an_unmapped_name_missing() -> None:
@@ -139,7 +140,8 @@ def test_the_report_shows_the_image_defaults_beside_the_declared_ones_for_unset_
 def test_a_rehearsed_smoke_finds_sglangs_hit_counter_after_the_first_hit_and_verifies_each_reset(
     tmp_path: Path, tiny_model: Path
 ) -> None:
-    found = run_campaign(THREE, out_dir=tmp_path, only=["sglang", "trtllm"], rehearse=True, smoke="only")
+    # The build-cost campaign's SGLang (an HTTP reset) and TensorRT-LLM engine flow (a restart).
+    found = run_campaign(BUILD_COST, out_dir=tmp_path, only=["sglang", "trtllm-engine"], rehearse=True, smoke="only")
     result = read_smoke(found.parent)
     assert result is not None and result.passed and result.rehearsal
     sglang, trtllm = result.servers
@@ -151,4 +153,4 @@ def test_a_rehearsed_smoke_finds_sglangs_hit_counter_after_the_first_hit_and_ver
     assert restart is not None and "blocks before the restart, 0 after" in restart.detail
     assert not (found.parent / "cells").exists()  # nothing measured
     table = smoke_table(found.parent)
-    assert list(table["server"]) == ["sglang [rehearsal]", "trtllm [rehearsal]"]
+    assert list(table["server"]) == ["sglang [rehearsal]", "trtllm-engine [rehearsal]"]

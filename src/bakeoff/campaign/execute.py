@@ -74,6 +74,7 @@ from bakeoff.serving.launchers import LaunchContext
 from bakeoff.serving.preflight import PreflightResult
 from bakeoff.serving.process import ServerHandle, reap_leftovers
 from bakeoff.serving.server_config import ServerConfig
+from bakeoff.serving.trtllm_log import read_pytorch_build
 from bakeoff.workloads.kinds import OpenLoop
 from bakeoff.workloads.plan_store import load_plans
 from bakeoff.workloads.plans import RunPlan
@@ -341,6 +342,11 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
         "cold_start_s": handle.startup_s,
         "image_build_s": handle.extra.get("image_build_s"),
         "engine_build_s": handle.extra.get("engine_build_s"),
+        "engine_build_step": handle.extra.get("engine_build_step"),
+        # True: the engine came from the cache and engine_build_s is the original build's time.
+        "engine_build_cached": handle.extra.get("engine_build_cached"),
+        # TensorRT-LLM's PyTorch flow builds at start (load, autotune, CUDA graphs): its log says how long.
+        "pytorch_build": build.model_dump() if (build := read_pytorch_build(handle.log_path)) is not None else None,
         "flags_changed": len(launch.non_default),
         "non_default_knobs": launch.non_default,
         "config_lines": len(launch.config_text.splitlines()) if launch.config_text else 0,
@@ -361,8 +367,6 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "base_url": handle.base_url,
             "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.weight_types),
             "gpus": handle.extra.get("gpus"),
-            # True: the engine came from the cache and engine_build_s is the original build's time.
-            "engine_build_cached": handle.extra.get("engine_build_cached"),
         },
     }
 

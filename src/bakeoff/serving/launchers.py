@@ -156,6 +156,7 @@ def _process(ctx: LaunchContext) -> Started:
         launch, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
+        handle.extra["engine_build_step"] = "GGUF conversion" if convert_s is not None else None
         handle.weight_types = weights
         yield handle, launch
 
@@ -200,6 +201,7 @@ def _container(ctx: LaunchContext) -> Started:
     ) as handle:
         handle.extra["engine_build_s"] = engine_s
         handle.extra["engine_build_cached"] = engine_cached
+        handle.extra["engine_build_step"] = "trtllm-build" if engine_s is not None else None
         yield handle, launch
 
 
@@ -213,6 +215,7 @@ def rehearsal_argv(
     draft_tokens: int = 0,
     canned: Path | None = None,
     prompt_logprob: float = PROMPT_LOGPROB,
+    startup_log: bool = False,
 ) -> list[str]:
     """The reference server in one framework's profile, at the rehearsal's pace.
 
@@ -222,13 +225,16 @@ def rehearsal_argv(
     honours those; the lossy ones (quantized weights or KV cache) change what it answers:
     ``canned`` (the quality set's answers, some planted wrong) and ``prompt_logprob``
     (:mod:`bakeoff.serving.stand_in_quality`). Every other knob is rendered into the recorded
-    command only.
+    command only. ``startup_log``: the profile's start-up log lines (TensorRT-LLM's PyTorch-flow
+    build markers, read into the effort record as on a GPU host).
     """
     extra = ["--reasoning-tokens", str(REHEARSAL_REASONING_TOKENS)] if reasoning else []
     if draft_tokens:
         extra += ["--spec-tokens", str(draft_tokens), "--spec-accept", str(REHEARSAL_DRAFT_ACCEPTANCE)]
     if canned is not None:
         extra += ["--canned", str(canned)]
+    if startup_log:
+        extra.append("--startup-log")
     return [
         sys.executable, "-m", "bakeoff.ref.server",
         "--profile", profile,
@@ -339,12 +345,16 @@ def _rehearsal(ctx: LaunchContext) -> Started:
         draft_tokens=rehearsal_draft_tokens(launch),
         canned=canned,
         prompt_logprob=logprob,
+        # A flow that builds at start logs its build (TensorRT-LLM's PyTorch flow); an engine flow built before.
+        startup_log=backend.engine_build is None,
     )
     stand_in = RenderedLaunch(backend, argv, {}, None, launch.knobs, launch.non_default)
     with run_local_process(
         stand_in, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra.update({"rehearsal": True, "stand_in_command": handle.command_line, "engine_build_s": None})
+        if backend.engine_build is not None:  # the engine flow's build is rendered (gpu-host steps), never run here
+            handle.extra["engine_build_step"] = "trtllm-build: not run in a rehearsal"
         handle.extra["gpus"] = gpus.to_json() if gpus is not None else None
         handle.kind = "rehearsal"
         handle.command_line = command
