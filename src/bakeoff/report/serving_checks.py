@@ -58,10 +58,15 @@ def effective_values_table(campaign_dir: Path) -> pd.DataFrame:
         image = server.get("image_defaults") or {}
         if not image:
             found = (preflight.get("servers") or {}).get(cell.label) or {}
-            why = "pre-flight skipped (--skip-preflight)" if preflight.get("skipped") else found.get("detail")
+            if preflight.get("skipped"):
+                why = "the pre-flight was skipped (--skip-preflight)"
+            elif found:
+                why = f"its pre-flight ({found.get('status')}: {found.get('detail')}) read none"
+            else:
+                why = "no pre-flight record"
             rows.append(
                 {"server": cell.label + suffix, "knob": "-", "declared (backend YAML)": "-",
-                 "image default (pre-flight)": f"not read: {why or 'no pre-flight record'}", "differs": "-"}
+                 "image default (pre-flight)": f"not read: {why}", "differs": "-"}
             )  # fmt: skip
             continue
         for knob, value in sorted(image.items()):
