@@ -103,6 +103,21 @@ def test_a_server_that_does_not_start_fails_the_smoke_at_start_naming_it(tmp_pat
     assert "FAILED" in smoke_table_text(result)
 
 
+def test_a_server_that_answers_nothing_fails_health_and_a_stop_that_fails_is_said(tmp_path: Path) -> None:
+    cell = validate_campaign(THREE)[0]
+
+    @contextlib.contextmanager
+    def silent(cell: Cell, run_dir: Path) -> Iterator[tuple[ServerHandle, RenderedLaunch]]:
+        handle = ServerHandle("http://127.0.0.1:9", "m", run_dir / "server.log", "cmd", 1.0, "container")
+        yield handle, RenderedLaunch(cell.backend, [], {}, None, {}, {})
+        raise LaunchError("container bakeoff-vllm would not stop")
+
+    [server] = run_smoke([cell], tmp_path, silent).servers
+    marks = {s.step: s.ok for s in server.steps}
+    assert marks["start"] is True and marks["health"] is False and marks["metrics"] is None
+    assert server.steps[-1].step == "stop" and server.steps[-1].detail == "container bakeoff-vllm would not stop"
+
+
 def test_the_smoke_table_says_each_step_and_which_metric_names_are_lazy() -> None:
     server = SmokeServer(
         label="sglang",

@@ -118,6 +118,14 @@ def smoke_server(cell: Cell, run_dir: Path, start: CellStarter) -> SmokeServer:
     kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
     record = SmokeServer(label=cell.server.label, backend=cell.backend.name, launcher=kind)
     began = time.monotonic()
+    try:
+        return _through_the_steps(cell, run_dir, start, record, began)
+    except LaunchError as exc:  # stopping the server failed (a container that would not go)
+        record.steps.append(SmokeStep(step="stop", ok=False, detail=_short(str(exc))))
+        return record
+
+
+def _through_the_steps(cell: Cell, run_dir: Path, start: CellStarter, record: SmokeServer, began: float) -> SmokeServer:
     with contextlib.ExitStack() as stack:
         server = CellServer(lambda: start(cell, run_dir), cell.backend, [])
         try:
