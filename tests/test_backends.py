@@ -518,7 +518,7 @@ def test_trtllm_engine_build_steps_at_defaults() -> None:
     steps = render_engine_build(load_backend("trtllm-engine"), {}, **ENGINE_DIRS)
     assert steps[0] == [
         "python3", "/app/tensorrt_llm/examples/models/core/llama/convert_checkpoint.py",
-        "--model_dir", "/model", "--output_dir", "/work/checkpoint", "--dtype", "bfloat16",
+        "--model_dir", "/model", "--output_dir", "/work/checkpoint", "--dtype", "float16",
     ]  # fmt: skip
     assert steps[1] == [
         "trtllm-build", "--checkpoint_dir", "/work/checkpoint", "--output_dir", "/work/engine",
@@ -938,7 +938,7 @@ def test_dtype_is_a_shared_knob_with_each_frameworks_spelling() -> None:
     assert _contains(_render("vllm", {"dtype": "float16"}).argv, ["--dtype", "float16"])
     assert _contains(_render("sglang", {"dtype": "float16"}).argv, ["--dtype", "float16"])
     assert _config(_render("trtllm", {"dtype": "float16"}))["dtype"] == "float16"
-    with pytest.raises(KnobError, match="converted in bfloat16"):
+    with pytest.raises(KnobError, match="converted in float16"):
         _render("trtllm-engine", {"dtype": "float16"})
     assert _contains(_render("vllm-cpu", {"dtype": "float32"}).argv, ["--dtype", "float32"])
     with pytest.raises(KnobError, match="weight type is fixed when the GGUF is written"):

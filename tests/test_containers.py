@@ -36,6 +36,7 @@ from bakeoff.serving.containers import (
     render_container_launch,
     run_container,
 )
+from bakeoff.serving.gpu_pinning import GpuAssignment
 from bakeoff.serving.images import image_fix_hint
 from bakeoff.serving.process import ServerHandle, free_port
 
@@ -194,10 +195,17 @@ def _gpu_spec() -> BackendSpec:
 
 
 @pytest.mark.parametrize(
-    ("runtime", "gpu_flags"),
-    [("docker", ["--gpus", "all"]), ("podman", ["--device", "nvidia.com/gpu=all"])],
+    ("runtime", "pinned", "gpu_flags"),
+    [
+        # docker's --gpus value is CSV: a list of devices is quoted inside it (docker run --gpus reference).
+        ("docker", ("2", "5"), ["--gpus", '"device=2,5"']),
+        ("podman", ("2", "5"), ["--device", "nvidia.com/gpu=2", "--device", "nvidia.com/gpu=5"]),
+        # Not told which: the first tensor_parallel_size GPUs, never all of them.
+        ("docker", None, ["--gpus", "device=0"]),
+        ("podman", None, ["--device", "nvidia.com/gpu=0"]),
+    ],
 )
-def test_run_args_gpu_flags(runtime: str, gpu_flags: list[str]) -> None:
+def test_run_args_gpu_flags(runtime: str, pinned: tuple[str, ...] | None, gpu_flags: list[str]) -> None:
     launch = render_container_launch(_gpu_spec(), {"max_num_seqs": 4}, served_model_name="m")
     args = container_run_args(
         launch,
@@ -206,9 +214,11 @@ def test_run_args_gpu_flags(runtime: str, gpu_flags: list[str]) -> None:
         model_dir=Path("/srv/m"),
         name="g",
         config_path=Path("/runs/1/options.yaml"),
+        gpus=GpuAssignment(pinned, "test") if pinned is not None else None,
     )
     i = args.index(gpu_flags[0])
-    assert args[i : i + 2] == gpu_flags
+    assert args[i : i + len(gpu_flags)] == gpu_flags
+    assert not any(a.endswith("all") for a in args if a != "--ipc=host")
     other = "--device" if runtime == "docker" else "--gpus"
     assert other not in args
     assert "--ipc=host" in args

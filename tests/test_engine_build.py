@@ -28,6 +28,7 @@ from bakeoff.serving.engine_build import (
     engine_key_manifest,
     engine_step_args,
 )
+from bakeoff.serving.gpu_pinning import GpuAssignment
 
 SCRIPT = BACKENDS_DIR.parent / "docker" / "trtllm" / "build-engine.sh"
 ENGINE = load_backend("trtllm-engine")
@@ -132,7 +133,7 @@ def test_key_follows_the_model_and_the_image(tmp_path: Path) -> None:
 def test_manifest_samples_weights_and_hashes_small_files(tmp_path: Path) -> None:
     manifest = engine_key_manifest(_model(tmp_path), ENGINE, {"max_num_seqs": 8})
     lines = manifest.splitlines()
-    assert lines[:2] == ["bakeoff-engine-key v1", f"image {IMAGE}"]
+    assert lines[:2] == ["bakeoff-engine-key v2", f"image {IMAGE}"]
     assert lines[2].startswith("file config.json ")
     assert lines[3].startswith(f"sample model.safetensors {3 << 20} ")
     assert "knob max_num_seqs=8" in lines and "knob max_model_len=default" in lines
@@ -158,15 +159,17 @@ def test_default_cache_dir_honours_the_environment(monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.parametrize(
     ("runtime", "gpu"),
-    [("docker", ["--gpus", "all"]), ("podman", ["--device", "nvidia.com/gpu=all"])],
+    [("docker", ["--gpus", "device=3"]), ("podman", ["--device", "nvidia.com/gpu=3"])],
 )
 def test_step_args(runtime: str, gpu: list[str], tmp_path: Path) -> None:
+    # The build runs on the cell's own GPU (here GPU 3), never on all of them.
     args = engine_step_args(
         ENGINE,
         ["trtllm-build", "--x", "1"],
         runtime=runtime,
         model_dir=tmp_path / "m",
         work_dir=tmp_path / "w",
+        gpus=GpuAssignment(("3",), "test"),
     )
     assert args[:2] == ["run", "--rm"]
     assert f"{(tmp_path / 'm').resolve()}:/model:ro" in args

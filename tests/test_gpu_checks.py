@@ -27,7 +27,7 @@ from bakeoff.serving.gpu_checks import (
     parse_cuda_version,
 )
 from bakeoff.serving.gpus import query_nvidia_smi
-from bakeoff.serving.launch_render import render_launch
+from bakeoff.serving.launch_render import render_engine_build, render_launch
 
 REPO = BACKENDS_DIR.parent
 DEFAULTS = Path(__file__).parent / "data" / "framework_defaults.yaml"
@@ -212,9 +212,13 @@ def _gpu_campaigns() -> list[Path]:
 
 @pytest.mark.parametrize("path", _gpu_campaigns(), ids=lambda p: p.stem)
 def test_every_server_of_a_7b_gpu_campaign_launches_in_float16(path: Path) -> None:
-    """One server in bfloat16 beside float16 ones would compare precisions: each launch renders float16."""
+    """One server in bfloat16 beside float16 ones would compare precisions: each launch (or engine) renders float16."""
     for server in load_campaign(path).servers:
         backend = load_backend(server.backend)
+        if "dtype" not in backend.knobs:  # TensorRT-LLM's engine flow: the engine's dtype, set at its conversion
+            steps = render_engine_build(backend, dict(server.knobs), model="/m", checkpoint_dir="/c", engine_dir="/e")
+            assert [s[s.index("--dtype") + 1] for s in steps if "--dtype" in s] == ["float16"], server.label
+            continue
         launch = render_launch(backend, dict(server.knobs), model="/m", served_model_name="m", port=1)
         target = backend.knobs["dtype"]
         if target.flag:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -43,6 +44,7 @@ from bakeoff.report import tables as report
 from bakeoff.results.layout import AUTO_REPEATS
 from bakeoff.results.store import read_json, read_summary, write_json
 
+REPO = Path(__file__).resolve().parents[1]
 SERVED = f"ray-test-{uuid.uuid4().hex[:8]}"  # names this module's servers among everyone's
 TTFT_MS, ITL_MS = 40.0, 20.0  # the reference server's planted schedule
 BACKEND = f"""\
@@ -80,7 +82,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     before = os.environ.get("BAKEOFF_BACKENDS_DIR")
     os.environ["BAKEOFF_BACKENDS_DIR"] = str(root / "backends")
     # Started as bakeoff starts a local cluster (its start-up waits and retries), once for the module.
-    assert connect(ray, None, {}, num_cpus=4, resources={"accelerator_type:FAKE": 2})
+    # Eight fake GPUs: Ray places GPU tasks on them (CUDA_VISIBLE_DEVICES per task) as on an 8-GPU host.
+    assert connect(ray, None, {}, num_cpus=4, num_gpus=8, resources={"accelerator_type:FAKE": 2})
     try:
         yield root
     finally:
@@ -134,6 +137,32 @@ def test_cells_run_in_parallel_on_ray_into_an_object_store_and_match_the_serial_
         # A timer may fire within its millisecond; nothing else makes a reading faster than the schedule.
         assert latency.ttft_ms.mean >= TTFT_MS - 1, (where, latency.ttft_ms.mean)
         assert latency.tpot_ms.mean >= ITL_MS - 1, (where, latency.tpot_ms.mean)
+    assert not our_servers()
+
+
+def test_a_ray_rehearsal_on_an_8_gpu_host_pins_two_cells_to_different_gpus(cluster: Path, tiny_model: Path) -> None:
+    # Two GPU servers rehearsed as Ray tasks: each task gets its GPU from Ray, and the container
+    # command the GPU host would run names that GPU and no other.
+    for name in ("vllm", "sglang"):
+        shutil.copy(REPO / "backends" / f"{name}.yaml", cluster / "backends" / f"{name}.yaml")
+    path = cluster / "pinned.yaml"
+    path.write_text(
+        f"name: pinned\nmodel: {{path: /models/llama-7b, served_name: {SERVED}}}\ngpu: true\n"
+        "servers: [{backend: vllm, label: v}, {backend: sglang, label: s}]\n"
+        "workloads: [{kind: concurrency, name: w, levels: [1], input_len: 16, output_len: 8}]\n"
+    )
+    store = ResultStore(cluster / "pinned-out", None)
+    assert run_cells_on_ray(ray, path, store, rehearse=True) == []
+    pinned = {}
+    for cell in ("v__w", "s__w"):
+        server = read_json(store.local / "cells" / cell / "cell.json")["effort"]["server"]
+        devices = server["gpus"]["devices"]
+        assert len(devices) == 1 and "CUDA_VISIBLE_DEVICES" in server["gpus"]["source"]
+        command = server["command_line"]
+        assert f"nvidia.com/gpu={devices[0]}" in command or f"device={devices[0]}" in command
+        assert "gpu=all" not in command and "--gpus all" not in command
+        pinned[cell] = devices[0]
+    assert pinned["v__w"] != pinned["s__w"], pinned
     assert not our_servers()
 
 
@@ -240,9 +269,12 @@ def test_cell_resources_follow_tensor_parallelism_gpu_type_and_engine_kind(tmp_p
     assert "num_gpus" not in options["cpu"] and options["cpu"]["num_cpus"] == 2
     assert options["tp2"]["num_cpus"] == 1 and options["tp2"]["max_retries"] == 2
     assert options["tp2"]["retry_exceptions"] is False
-    # A rehearsal's stand-ins are reference servers: they hold no GPU.
+    # A rehearsal's stand-ins are reference servers: they hold no GPU, unless the cluster has some
+    # (then they take their server's share, so the rendered commands show Ray's placement).
     spec, rehearsed = gpu_cells(tmp_path, servers, rehearse=True)
     assert all("num_gpus" not in cell_options(c, spec) for c in rehearsed)
+    on_gpus = {c.server.label: cell_options(c, spec, cluster_has_gpus=True) for c in rehearsed}
+    assert on_gpus["tp2"]["num_gpus"] == 2 and "num_gpus" not in on_gpus["cpu"]
 
 
 def test_gpu_type_on_a_cpu_server_is_refused_naming_the_field(tmp_path: Path) -> None:

@@ -177,6 +177,10 @@ class RehearsedCampaign:
             effort = cell["effort"]
             assert effort["cold_start_s"] > 0 and effort["warm_restart_s"] is not None, label
             assert effort["failed_start_attempts"] == [], label
+            # TensorRT-LLM's PyTorch flow builds at start: its build line comes from its (stand-in's) log.
+            builder = load_backend(cell["backend"])
+            builds_at_start = builder.rehearsal_profile == "trtllm" and builder.engine_build is None
+            assert (effort.get("pytorch_build") is not None) == builds_at_start, label
             assert cell["runs"], f"{label}: no run"
             for summary, run in cell["runs"]:
                 assert summary.rehearsal is True

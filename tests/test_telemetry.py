@@ -78,6 +78,20 @@ def test_sglang_hit_rate_is_counters_differenced_not_the_last_batch_gauge() -> N
     assert prefix_cache_from_counters(gauge_only, gauge_only, backend)["server_hit_rate"] is None
 
 
+def test_sglangs_hit_counter_absent_until_the_first_hit_reads_zero_not_unknown() -> None:
+    # 0.5.23 creates sglang:cached_tokens_total at the first cache hit: a first window without a
+    # hit has no such sample in either scrape, a window with the first hit only in the second.
+    backend = load_backend("sglang")
+    cold = {"sglang:prompt_tokens_total": 0.0}
+    no_hit = {"sglang:prompt_tokens_total": 500.0}
+    first_hit = {"sglang:prompt_tokens_total": 1000.0, "sglang:cached_tokens_total": 120.0}
+    assert prefix_cache_from_counters(cold, no_hit, backend)["server_hit_rate"] == 0.0
+    block = prefix_cache_from_counters(no_hit, first_hit, backend)
+    assert (block["server_hits"], block["server_queries"]) == (120.0, 500.0)
+    # A failed scrape (empty) is still unknown, never zero.
+    assert prefix_cache_from_counters({}, first_hit, backend)["server_hit_rate"] is None
+
+
 @pytest.mark.parametrize("name", ["trtllm", "trtllm-engine"])
 def test_trtllm_hit_rate_is_reused_over_reused_plus_missed_blocks(name: str) -> None:
     backend = load_backend(name)

@@ -18,6 +18,7 @@
 #   MAX_SEQ_LEN (max_model_len)         TP_SIZE (tensor_parallel_size)
 #   QUANTIZATION: none | int8_wo | int4_wo (weight-only, no calibration data needed)
 # RUNTIME: podman or docker (default: podman when installed); IMAGE overrides the image.
+# GPUS: the GPU indices the build runs on (default 0; comma-separated), never all of them.
 set -euo pipefail
 
 IMAGE="${IMAGE:-${NGC_REGISTRY:?set NGC_REGISTRY to the host of the NVIDIA container registry}/nvidia/tensorrt-llm/release:1.3.0rc14}"
@@ -60,7 +61,7 @@ sha() { sha256sum | cut -d' ' -f1; }
 
 # The text the key hashes; keep in step with bakeoff.serving.engine_build.engine_key_manifest.
 manifest() {
-  printf '%s\n' "bakeoff-engine-key v1" "image $IMAGE"
+  printf '%s\n' "bakeoff-engine-key v2" "image $IMAGE"
   local name f size size_class
   while IFS= read -r name; do
     f="$MODEL_DIR/$name"
@@ -103,9 +104,12 @@ if [ -z "${RUNTIME:-}" ]; then
   if command -v podman >/dev/null; then RUNTIME=podman; else RUNTIME=docker; fi
 fi
 RT=("$RUNTIME")
-GPU=(--device nvidia.com/gpu=all)
+GPUS="${GPUS:-0}"
+GPU=()
+for g in ${GPUS//,/ }; do GPU+=(--device "nvidia.com/gpu=$g"); done
 case "$(basename "$RUNTIME")" in
-  *docker*) GPU=(--gpus all) ;;
+  # docker's --gpus value is CSV: a list of devices is quoted inside it.
+  *docker*) if [[ "$GPUS" == *,* ]]; then GPU=(--gpus "\"device=$GPUS\""); else GPU=(--gpus "device=$GPUS"); fi ;;
   # crun fails on cgroups on some hosts; runc works (as bakeoff.serving.containers does).
   podman) if command -v runc >/dev/null; then RT=(podman --runtime runc); fi ;;
 esac
@@ -117,7 +121,7 @@ step() {
 }
 
 convert=(python3 /app/tensorrt_llm/examples/models/core/llama/convert_checkpoint.py
-  --model_dir /model --output_dir /work/checkpoint --dtype bfloat16)
+  --model_dir /model --output_dir /work/checkpoint --dtype float16)
 [ -n "${TP_SIZE:-}" ] && convert+=(--tp_size "$TP_SIZE")
 case "$QUANTIZATION" in
   int8_wo) convert+=(--use_weight_only --weight_only_precision int8) ;;

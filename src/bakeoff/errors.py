@@ -44,3 +44,7 @@ class ServerDiedError(BakeoffError):
     def __init__(self, message: str, verdict: dict[str, object]) -> None:
         super().__init__(message)
         self.verdict = verdict
+
+
+class SmokeFailedError(BakeoffError):
+    """A server failed a step of the smoke run; the real run was not started (``smoke.json`` has the rest)."""

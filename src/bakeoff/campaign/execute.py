@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -30,8 +30,9 @@ from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.rehearsal import stand_in_for
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
+from bakeoff.campaign.smoke import run_smoke
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
-from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.errors import LaunchError, ServerDiedError, SmokeFailedError, SpecError
 from bakeoff.history.archive import archive_after_run, history_root
 from bakeoff.history.calibration import calibrate
 from bakeoff.measure.client import ClientSettings, TokenCounter
@@ -48,11 +49,13 @@ from bakeoff.results.layout import (
     CAMPAIGN_COPY,
     LADDER_FILE,
     LADDER_MARKDOWN,
+    PREFLIGHT_FILE,
     QUALITY_FILE,
     REHEARSAL_TAG,
     is_rehearsal,
     load_cells,
 )
+from bakeoff.results.smoke import SMOKE_FILE
 from bakeoff.results.store import (
     CELL_INFO,
     SUMMARY,
@@ -69,8 +72,10 @@ from bakeoff.serving.death_watch import watch_for
 from bakeoff.serving.knobs import effective_dtypes
 from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
+from bakeoff.serving.preflight import PreflightResult
 from bakeoff.serving.process import ServerHandle, reap_leftovers
 from bakeoff.serving.server_config import ServerConfig
+from bakeoff.serving.trtllm_log import read_pytorch_build
 from bakeoff.workloads.kinds import OpenLoop
 from bakeoff.workloads.plan_store import load_plans
 from bakeoff.workloads.plans import RunPlan
@@ -198,6 +203,8 @@ def _measure_cell(
     if "server" not in effort:
         handle, launch = server.current()
         effort.update(_static_effort(cell, launch, handle))
+        # What the image does with the knobs left unset, read by its own parser before the start.
+        effort["server"]["image_defaults"] = image_defaults(cell_dir.parent.parent, cell.server.label)
     _run_plans(cell, spec, plans, count_tokens, server, cell_dir, effort, info, summaries)
     if spec.quality is not None and check_quality:  # after the speed runs, on the same server
         settings = client_settings(cell, server.current()[0], count_tokens)
@@ -273,6 +280,7 @@ def _run_plans(
         pid = handle.pid if handle.kind in ("process", "rehearsal") else None  # its CPU/RSS go into telemetry
         target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False, watch=watch, server_pid=pid)
         target.client_processes = cell.client_processes
+        target.gpus = pinned_indices(handle)  # NVML telemetry and energy from the server's own GPUs
         result = execute_plan(plan, target, cell_dir / "runs" / plan.name, cache_state=cache, repeat=cell.repeat)
         server.ran(plan)
         summaries[plan.name] = result
@@ -335,6 +343,11 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
         "cold_start_s": handle.startup_s,
         "image_build_s": handle.extra.get("image_build_s"),
         "engine_build_s": handle.extra.get("engine_build_s"),
+        "engine_build_step": handle.extra.get("engine_build_step"),
+        # True: the engine came from the cache and engine_build_s is the original build's time.
+        "engine_build_cached": handle.extra.get("engine_build_cached"),
+        # TensorRT-LLM's PyTorch flow builds at start (load, autotune, CUDA graphs): its log says how long.
+        "pytorch_build": build.model_dump() if (build := read_pytorch_build(handle.log_path)) is not None else None,
         "flags_changed": len(launch.non_default),
         "non_default_knobs": launch.non_default,
         "config_lines": len(launch.config_text.splitlines()) if launch.config_text else 0,
@@ -354,8 +367,32 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "image_digest": handle.image_digest,
             "base_url": handle.base_url,
             "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.weight_types),
+            "gpus": handle.extra.get("gpus"),
         },
     }
+
+
+def pinned_indices(handle: ServerHandle) -> list[int] | None:
+    """The NVML indices of the GPUs a launcher pinned the server to (None: not a pinned GPU server)."""
+    pinned = handle.extra.get("gpus")
+    devices = pinned.get("devices") if isinstance(pinned, dict) else None
+    if not isinstance(devices, list) or not all(isinstance(d, str) and d.isdigit() for d in devices):
+        return None
+    return [int(d) for d in devices]
+
+
+def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) -> None:
+    """What the pre-flight found per server (the image's own defaults among it), for each run's run.json."""
+    servers = {c.label: c.to_json() for c in checks}
+    write_json(out / PREFLIGHT_FILE, {"skipped": skipped, "servers": servers})
+
+
+def image_defaults(campaign_dir: Path, label: str) -> dict[str, Any] | None:
+    """The defaults the server's image gave its pre-flight (None where no pre-flight read them)."""
+    path = campaign_dir / PREFLIGHT_FILE
+    found = read_json(path).get("servers", {}).get(label) if path.is_file() else None
+    defaults = found.get("image_defaults") if isinstance(found, dict) else None
+    return dict(defaults) if isinstance(defaults, dict) and defaults else None
 
 
 def _time_restart(cell: Cell, source: ModelSource, served_name: str, cell_dir: Path) -> float | None:
@@ -392,8 +429,16 @@ def run_campaign(
     *,
     rehearse: bool = False,
     fresh: bool = False,
+    skip_preflight: bool = False,
+    smoke: SmokeMode = "auto",
 ) -> Path:
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``.
+
+    ``skip_preflight``: start the servers without parsing their launches first (for a launch
+    the pre-flight cannot judge); said on the terminal and recorded in ``preflight.json``.
+    ``smoke``: the smoke run (:mod:`bakeoff.campaign.smoke`) first; ``only`` runs nothing else
+    and returns ``smoke.json``'s path; ``auto`` smokes real runs of GPU servers (see
+    :func:`wants_smoke`). A failed smoke raises :class:`SmokeFailedError` before any cell.
 
     A rehearsal goes to ``reports/NAME-rehearsal`` unless told otherwise, never beside real runs.
     Cells the folder already holds, measured the same way, are skipped (:mod:`bakeoff.campaign.resume`);
@@ -414,15 +459,22 @@ def run_campaign(
     spec, cells = prepare(path, out, only, rehearse=rehearse)
     # Each launch parsed by its framework (in its image, or a rehearsal stand-in) before any
     # server starts: a flag the release refuses costs seconds here, not a GPU start-up.
-    checks = preflight_cells(cells, rehearse=rehearse, automatic=True)
+    checks = [] if skip_preflight else preflight_cells(cells, rehearse=rehearse, automatic=True)
+    if skip_preflight:
+        print("preflight: skipped (--skip-preflight): no launch was parsed before its server starts", file=sys.stderr)
     for check in checks:
         if check.status != "skipped":
             print(f"preflight: {check.line()}", file=sys.stderr)
+    write_preflight(out, checks, skipped=skip_preflight)
     refuse_on_failure(checks, path)
     # What a campaign killed hard (SIGKILL, a lost machine) left: its servers, its unfinished runs.
     reap_leftovers(out / "cells")
     reap_containers(out / "cells")
     salvage_runs(out / "cells", resolve_slo(spec.slo))
+    if wants_smoke(smoke, cells, rehearse=rehearse):
+        smoked = smoke_campaign(spec, cells, out, rehearse=rehearse)
+        if smoke == "only":
+            return smoked
     failures: list[str] = []
     tag = REHEARSAL_TAG if rehearse else ""
     measured = calibrate(history_root())  # the history's start-up and decode figures, where it has them
@@ -447,6 +499,39 @@ def run_campaign(
     # Into the history, where the next run of this campaign cannot overwrite it (bakeoff.history.archive).
     archive_after_run(out, path)
     return report
+
+
+SmokeMode = Literal["auto", "only", "off"]
+
+
+def wants_smoke(mode: SmokeMode, cells: list[Cell], *, rehearse: bool) -> bool:
+    """Whether a campaign run smokes its servers first.
+
+    ``auto``: a real run with a GPU server bakeoff launches: there a failed start or a wrong
+    metric name found hours in costs booked GPU time; a CPU cell's failure costs what its
+    smoke would, and a rehearsal smokes when asked (``--smoke``), to stay quick.
+    """
+    if mode != "auto":
+        return mode == "only"
+    return not rehearse and any(c.backend.accelerator == "gpu" and c.server.url is None for c in cells)
+
+
+def smoke_campaign(spec: CampaignSpec, cells: list[Cell], out: Path, *, rehearse: bool) -> Path:
+    """Smoke-run every server (:mod:`bakeoff.campaign.smoke`); the path of ``smoke.json``, or the failure raised."""
+    source = resolve_model(spec.model)
+
+    def start(cell: Cell, run_dir: Path) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+        return start_server(cell, source, spec.model.served_name, run_dir)
+
+    result = run_smoke(cells, out, start, rehearse=rehearse)
+    if not result.passed:
+        raise SmokeFailedError(
+            "the smoke run failed, so the campaign did not start: "
+            + "; ".join(result.failures())
+            + f" (every step: {out / SMOKE_FILE}; servers' logs under {out / 'smoke'}). "
+            "Fix it and run again, or skip the smoke with --no-smoke"
+        )
+    return out / SMOKE_FILE
 
 
 def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) -> Path:

@@ -92,6 +92,8 @@ class RunTarget:
     # The campaign's memory bandwidth (GB/s) for the roofline; None: preset or measured.
     memory_bandwidth_gbs: float | None = None
     telemetry_interval_s: float = DEFAULT_INTERVAL_S
+    # The NVML indices of the GPUs the server is pinned to: telemetry and energy read those only.
+    gpus: list[int] | None = None
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -239,9 +241,11 @@ def _measure(plan: RunPlan, target: RunTarget, run_dir: Path) -> _MeasuredRun:
     backend = target.backend
     base_url = target.settings.base_url
     snapshots: dict[str, Snapshot] = {}
-    probes, telemetry_notes = probes_for(base_url, backend, pid=target.server_pid, headers=target.headers)
+    probes, telemetry_notes = probes_for(
+        base_url, backend, pid=target.server_pid, headers=target.headers, gpus=target.gpus
+    )
     # Energy from cumulative counters, read with the telemetry and cut to the measured window after.
-    meter, energy_note = energy_meter(backend.accelerator if backend is not None else "cpu")
+    meter, energy_note = energy_meter(backend.accelerator if backend is not None else "cpu", gpus=target.gpus)
     if meter is not None:
         probes.append(meter)
     else:

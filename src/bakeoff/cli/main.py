@@ -130,6 +130,25 @@ def _add_campaign_commands(sub: Subcommands) -> None:
         "scaled-down campaign end to end (default out: reports/CAMPAIGN-rehearsal); measures nothing",
     )
     run.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="start the servers without parsing each launch with its framework's parser first (for a launch "
+        "the pre-flight cannot judge); the campaign folder's preflight.json records that it was skipped",
+    )
+    smoke = run.add_mutually_exclusive_group()
+    smoke.add_argument(
+        "--smoke",
+        action="store_true",
+        help="only the smoke run: each server started, probed, sent a streamed and a non-streamed completion, "
+        "its metric names scraped, its cache reset verified, stopped; a table and smoke.json (minutes)",
+    )
+    smoke.add_argument(
+        "--no-smoke",
+        action="store_true",
+        help="skip the smoke run a real run of GPU servers starts with (by default a failed smoke stops the run "
+        "before any cell, naming the server and the step)",
+    )
+    run.add_argument(
         "--fresh",
         action="store_true",
         help="measure every cell again; by default cells already measured in the output folder with the same "
@@ -309,6 +328,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr)
     if args.store is not None and args.ray is None:
         raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
+    if args.ray is not None and args.smoke:
+        raise SpecError("--smoke runs here, not on Ray: drop --ray (the smoke is minutes long, one server at a time)")
     if args.ray is not None:
         report = run_campaign_ray(
             campaign_file(args.file),
@@ -321,8 +342,17 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         )
     else:
         report = run_campaign(
-            campaign_file(args.file), out_dir=args.out, only=args.only, rehearse=args.rehearse, fresh=args.fresh
+            campaign_file(args.file),
+            out_dir=args.out,
+            only=args.only,
+            rehearse=args.rehearse,
+            fresh=args.fresh,
+            skip_preflight=args.skip_preflight,
+            smoke="only" if args.smoke else "off" if args.no_smoke else "auto",
         )
+    if args.smoke:
+        print(f"smoke: every server passed ({report})")
+        return 0
     note = " (REHEARSAL: reference-server stand-ins, not a measurement)" if args.rehearse else ""
     print(f"report: {report}{note}")
     steps = gpu_host_text(report.parent) if args.rehearse else None

@@ -8,7 +8,10 @@ and drives its load itself, so server and load generator share a node and no net
 enters the timings. What a cell asks Ray for (:func:`cell_options`):
 
 - a GPU server: ``num_gpus`` = its ``tensor_parallel_size`` (Ray hands a GPU to one task
-  at a time, and sets ``CUDA_VISIBLE_DEVICES``, so two cells never share one), plus
+  at a time, and sets ``CUDA_VISIBLE_DEVICES``, so two cells never share one; the task's
+  launcher pins the container to exactly those GPUs and meters only them,
+  :mod:`bakeoff.serving.gpu_pinning`). A rehearsal asks for GPUs too where the cluster has
+  any, so its recorded commands show the placement a GPU host would get; plus
   ``{"accelerator_type:H100": 0.001}`` when the server or campaign sets ``gpu_type``: the
   resource Ray puts on every node with that GPU, asked for in the fraction Ray's own
   ``accelerator_type=`` option uses, so it selects nodes without capping cells per node;
@@ -53,6 +56,7 @@ from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.paths import reports_dir
 from bakeoff.results.layout import AUTO_REPEATS, REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
+from bakeoff.serving.gpu_pinning import gpu_count
 from bakeoff.serving.gpus import gpus
 from bakeoff.serving.process import PID_FILE, reap_leftovers
 
@@ -83,19 +87,20 @@ def check_ray_fields(spec: CampaignSpec, cells: list[Cell]) -> None:
             )
 
 
-def _needs_gpu(cell: Cell) -> bool:
-    # A rehearsal's stand-in and an already running server (url) hold no GPU here.
-    return cell.backend.accelerator == "gpu" and not cell.rehearse and not cell.server.url
+def _needs_gpu(cell: Cell, cluster_has_gpus: bool) -> bool:
+    # An already running server (url) holds no GPU here; a rehearsal's stand-in takes the GPUs
+    # its server would (so the rendered commands show Ray's placement) only where there are any.
+    if cell.backend.accelerator != "gpu" or cell.server.url:
+        return False
+    return cluster_has_gpus or not cell.rehearse
 
 
-def cell_options(cell: Cell, spec: CampaignSpec) -> dict[str, Any]:
+def cell_options(cell: Cell, spec: CampaignSpec, *, cluster_has_gpus: bool = False) -> dict[str, Any]:
     """The Ray task options of one cell: resources and retry policy."""
-    gpu = _needs_gpu(cell)
+    gpu = _needs_gpu(cell, cluster_has_gpus)
     options: dict[str, Any] = {}
     if gpu:
-        knob = cell.backend.knobs.get("tensor_parallel_size")
-        default = knob.default if knob is not None else 1
-        options["num_gpus"] = int(cell.server.knobs.get("tensor_parallel_size", default or 1))
+        options["num_gpus"] = gpu_count(cell.backend, cell.server.knobs)
         gpu_type = cell.server.gpu_type or spec.gpu_type
         if gpu_type:
             options["resources"] = {f"accelerator_type:{gpu_type}": 0.001}
@@ -321,6 +326,7 @@ def run_cells_on_ray(
     results.push(out / "plans", "plans")
     salvage_runs(out / "cells")
     started = connect(ray, address, passed_env())
+    has_gpus = float(ray.cluster_resources().get("GPU", 0)) > 0
     task = ray.remote(run_cell_task)
     pending: dict[Any, Cell] = {}
     failures: list[str] = []
@@ -334,7 +340,7 @@ def run_cells_on_ray(
     try:
         for number, batch in enumerate(batches):
             for cell in batch:
-                ref = _submit(task, cell, spec, results)
+                ref = _submit(task, cell, spec, results, has_gpus)
                 if ref is not None:
                     pending[ref] = cell
             while pending:
@@ -364,7 +370,7 @@ def run_cells_on_ray(
     return failures
 
 
-def _submit(task: Any, cell: Cell, spec: CampaignSpec, results: ResultStore) -> Any:
+def _submit(task: Any, cell: Cell, spec: CampaignSpec, results: ResultStore, has_gpus: bool) -> Any:
     """Queue one cell as a Ray task (its earlier partial attempt archived); None if it is measured already."""
     out = results.local
     cell_dir = out / "cells" / cell.cell_id
@@ -378,7 +384,7 @@ def _submit(task: Any, cell: Cell, spec: CampaignSpec, results: ResultStore) -> 
     results.delete(f"cells/{cell.cell_id}")
     results.push(cell_dir, f"cells/{cell.cell_id}")
     job = CellJob(str(out), results.uri, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat)
-    options = cell_options(cell, spec)
+    options = cell_options(cell, spec, cluster_has_gpus=has_gpus)
     print(f"{cell.cell_id}: queued on Ray ({_describe(options)})", flush=True)
     return task.options(**options).remote(job)
 

@@ -6,9 +6,9 @@ differences:
 
 - NVIDIA GPUs: ``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver
   loaded, Volta and later), one counter per GPU, asked through :mod:`bakeoff.serving.gpus`
-  (the NVML module seam the telemetry uses too). Every GPU NVML sees is read (as the
-  telemetry reads them): on a machine with more GPUs than the server uses, the idle ones
-  add their draw, and ``energy.devices`` shows each apart;
+  (the NVML module seam the telemetry uses too). Only the GPUs the server is pinned to are
+  read (:mod:`bakeoff.serving.gpu_pinning`): on an 8-GPU host the seven a server does not
+  hold would otherwise add their idle draw to its J/token; ``energy.devices`` shows each apart;
 - CPU hosts: Intel RAPL under ``/sys/class/powercap``: each package zone's ``energy_uj``
   (``intel-rapl:N``; its sub-zones ``intel-rapl:N:M`` are parts of it and are left out, or
   they would be counted twice). The counter wraps at ``max_energy_range_uj``: a reading
@@ -53,9 +53,10 @@ class Counter:
     wrap_j: float | None = None
 
 
-def nvml_counters(module: str = "pynvml") -> tuple[list[Counter], str]:
-    """One counter per NVIDIA GPU, or none and why (no nvidia-ml-py, no driver, no GPU, no energy counter)."""
-    readers, why = nvml_energy_readers(module)
+def nvml_counters(module: str = "pynvml", indices: list[int] | None = None) -> tuple[list[Counter], str]:
+    """One counter per NVIDIA GPU of ``indices`` (None: all), or none and why (no nvidia-ml-py, no driver,
+    no such GPU, no energy counter)."""
+    readers, why = nvml_energy_readers(module, indices)
     return [Counter(label, read) for label, read in readers], why
 
 
@@ -149,11 +150,11 @@ class EnergyMeter:
 
 
 def energy_meter(
-    accelerator: str, *, nvml_module: str = "pynvml", powercap: Path | None = None
+    accelerator: str, *, nvml_module: str = "pynvml", powercap: Path | None = None, gpus: list[int] | None = None
 ) -> tuple[EnergyMeter | None, str]:
-    """The meter for a server on ``accelerator`` ("gpu": NVML; otherwise RAPL), or None and why not."""
+    """The meter for a server on ``accelerator`` ("gpu": NVML on its ``gpus``; else RAPL), or None and why."""
     if accelerator == "gpu":
-        counters, why = nvml_counters(nvml_module)
+        counters, why = nvml_counters(nvml_module, gpus)
         return (EnergyMeter("nvml", counters), why) if counters else (None, f"GPU energy not measured: {why}")
     counters, why = rapl_counters(powercap or POWERCAP)
     return (EnergyMeter("rapl", counters), why) if counters else (None, f"CPU energy not measured: {why}")

@@ -170,11 +170,15 @@ def counter_delta(
     """``name``'s growth over the window; None when either scrape lacks it.
 
     ``lazy``: a counter the framework creates on its first increment (SGLang's and TensorRT-LLM's
-    speculative counters): missing from a scrape that answered, it stood at 0.
+    speculative counters, SGLang's ``cached_tokens_total`` before the first cache hit; a backend
+    lists its own in ``metrics.lazy``): missing from a scrape that answered, it stood at 0.
     """
+    lazy = lazy or name in backend.metrics.lazy
     start, end = logical(before, backend, name), logical(after, backend, name)
     if start is None and lazy and before:
         start = 0.0
+    if end is None and lazy and after:
+        end = 0.0  # not created yet at the end either: no hit in the whole window
     if start is None or end is None:
         return None
     return end - start

@@ -94,8 +94,12 @@ def probes_for(
     pid: int | None = None,
     headers: Mapping[str, str] | None = None,
     gpu: bool = True,
+    gpus: list[int] | None = None,
 ) -> tuple[list[Probe], list[str]]:
-    """The probes that apply to this server, and a note for each one left out."""
+    """The probes that apply to this server, and a note for each one left out.
+
+    ``gpus``: the NVML indices the server is pinned to; None: every GPU NVML sees.
+    """
     probes: list[Probe] = []
     notes: list[str] = []
     if backend is not None and backend.metrics.format == "prometheus" and backend.metrics.path:
@@ -107,7 +111,7 @@ def probes_for(
     else:
         notes.append("process CPU and memory: not a local process")
     if gpu:
-        nvml, why = nvml_probe()
+        nvml, why = nvml_probe(indices=gpus)
         if nvml is not None:
             probes.append(nvml)
         else:

@@ -32,7 +32,9 @@ sglang  chunks dumped with every null field ("usage": null, matched_stop);    en
 sglang  several tokens per chunk: every 10th chunk carries one more token     DESIGN.md (29-31 chunks for 32
                                                                               tokens seen on CPU)
 sglang  usage.prompt_tokens_details.cached_tokens always, 0 included          openai/usage_processor.py
-sglang  sglang: counters cached_tokens_total, prompt_tokens_total...;         srt/metrics/collector.py
+sglang  sglang: counters cached_tokens_total (from the first hit on),        srt/metrics/collector.py,
+        num_retracted_requests_total (from the first retraction on),
+        prompt_tokens_total...;                                               observability/metrics_collector.py
         gauges cache_hit_rate (last prefill only), token_usage,
         num_running_reqs, num_queue_reqs
 sglang  /flush_cache (GET, POST): 400 while requests run, else clears; both   http_server.py flush_cache
@@ -293,10 +295,13 @@ class SglangProfile(WireProfile):
                 ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", lab, c.prompt_tokens),
                 ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", lab,
                  c.generation_tokens),
-                ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", lab, c.cache_hits),
+                # Created at the first cache hit (0.5.23 observability/metrics_collector.py): absent before.
+                *([("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", lab, c.cache_hits)]
+                  if c.cache_hits else []),
                 ("sglang:num_requests_total", "counter", "Number of requests processed.", lab, c.requests),
-                ("sglang:num_retracted_requests_total", "counter", "Number of retracted requests.", lab,
-                 c.preemptions),
+                # Its labels are bound at the first retraction (increment_retracted_reqs): absent before.
+                *([("sglang:num_retracted_requests_total", "counter", "Total number of retracted requests.", lab,
+                    c.preemptions)] if c.preemptions else []),
                 # Gauges of the last logging interval, exported (0) with speculation off too; the
                 # counter of verification steps appears with the first one (observability/metrics_collector.py).
                 ("sglang:spec_accept_length", "gauge", "Mean acceptance length of speculative decoding (accepted "

@@ -394,6 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup-s", type=float, default=None, help="seconds /health answers 503 after start (sglang: 0.5)"
     )
     parser.add_argument(
+        "--startup-log",
+        action="store_true",
+        help="write the framework's start-up log lines (trtllm: the PyTorch flow's build markers) before serving",
+    )
+    parser.add_argument(
         "--canned", type=Path, help="JSON object: prompt (a chat's last message) -> the answer to give it"
     )
     defaults = RefOptions()
@@ -415,6 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     profile_name, warmup_s = args.pop("profile"), args.pop("warmup_s")
     prefix_cache = args.pop("prefix_cache")
     canned_path = args.pop("canned")
+    startup_log = args.pop("startup_log")
     key_env = args.pop("api_key_env")
     api_key = os.environ.get(key_env, "") if key_env else None
     if key_env and not api_key:
@@ -433,6 +439,8 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         loop = asyncio.new_event_loop()
     app = ReferenceServer(options, model, api_key, profile, prefix_cache, canned).app()
+    for line in profile.startup_log(port) if startup_log else []:
+        print(line, flush=True)
     # A short shutdown timeout: stalled handlers would otherwise hold the exit for a minute.
     web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=0.5, loop=loop)
 

@@ -94,6 +94,24 @@ class TrtllmProfile(WireProfile):
         self._iter = 0
         self._completed = 0
 
+    def startup_log(self, port: int) -> list[str]:
+        """The PyTorch flow's start-up markers in its logger's format (``[MM/DD/YYYY-HH:MM:SS] [TRT-LLM]
+        [I] ...``), which bakeoff reads as the flow's build line (bakeoff.serving.trtllm_log); the
+        stand-in builds nothing, so the phases take no time."""
+        now = time.strftime("%m/%d/%Y-%H:%M:%S")
+        logged = [
+            "Using LLM with PyTorch backend",
+            "[Autotuner] Autotuning process starts ...",
+            "[Autotuner] Autotuning process ends",
+            "Creating CUDA graph instances for 2 batch sizes.",
+            "Run generation only CUDA graph warmup for batch size=2, draft_len=0",
+            "Run generation only CUDA graph warmup for batch size=1, draft_len=0",
+            "Setting PyTorch memory fraction to 0.9",
+        ]
+        return [f"[{now}] [TRT-LLM] [I] {text}" for text in logged] + [
+            f"INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)"
+        ]
+
     def routes(self, served: Served) -> list[tuple[str, str, Handler]]:
         async def health(request: web.Request) -> web.StreamResponse:
             return web.Response(status=200)

@@ -71,6 +71,10 @@ class WireProfile:
         self.warmup_s = warmup_s
         self.started = time.monotonic()
 
+    def startup_log(self, port: int) -> list[str]:
+        """What the framework writes to its log while it starts, before serving (bakeoff reads some of it)."""
+        return []
+
     def new_cache(self) -> PrefixCache:
         return PrefixCache(self.block, keep_last=self.keep_last)
 

@@ -28,6 +28,7 @@ QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "
 # quality.json's other figures beside those shares: the held-out perplexity (bakeoff.campaign.perplexity).
 QUALITY_SCORES = ("perplexity",)
 REHEARSAL_MARKER = "rehearsal.json"
+PREFLIGHT_FILE = "preflight.json"  # what each server's pre-flight found, its image's defaults among it
 AUTO_REPEATS = "repeats.json"  # repeats: auto — rounds run and why they stopped (bakeoff.campaign.execute)
 # Before every console line of a rehearsal (and after each stand-in's label in the report's tables).
 REHEARSAL_TAG = "[rehearsal]"

@@ -254,6 +254,19 @@ class CacheRestart(Block):
     start_s: float
 
 
+class PyTorchBuild(Block):
+    """TensorRT-LLM's PyTorch-flow build inside its cold start, per phase, from the server log
+    (:mod:`bakeoff.serving.trtllm_log`): what the engine flow's ``trtllm-build`` does ahead of time."""
+
+    load_s: float = Field(description="LLM API start to the first autotuning: MPI workers, weights, KV cache")
+    autotune_s: float = Field(description="kernel autotuning, every round summed")
+    cuda_graph_s: float = Field(description="CUDA-graph capture, every round summed")
+    total_s: float = Field(description="the first marker to the end of the last phase")
+    rounds: int = Field(description="autotune + capture rounds (2 when the KV cache was sized by a profiling pass)")
+    cuda_graph_batch_sizes: int | None = None
+    serving_seen: bool = Field(description="the log reached 'Uvicorn running on'")
+
+
 class Effort(Block):
     """Engineering effort of the cell the run belongs to (the same for every run of a cell)."""
 
@@ -261,6 +274,12 @@ class Effort(Block):
     warm_restart_s: float | None = None
     image_build_s: float | None = None
     engine_build_s: float | None = None
+    # What engine_build_s timed: "trtllm-build" (the engine flow), "GGUF conversion" (llama.cpp).
+    engine_build_step: str | None = None
+    # The engine flow: True when the engine came from the cache (engine_build_s is then the original build's).
+    engine_build_cached: bool | None = None
+    # The PyTorch flow's build (load, autotune, CUDA graphs), read from its log; part of cold_start_s.
+    pytorch_build: PyTorchBuild | None = None
     cache_restart_s: float | None = None
     cache_restarts: list[CacheRestart] = Field(default_factory=list)
     flags_changed: int | None = None

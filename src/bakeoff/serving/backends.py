@@ -182,7 +182,17 @@ class MetricsSpec(_Strict):
     format: Literal["prometheus", "json", "none"] = "prometheus"
     # logical name -> the backend's metric name (e.g. prefix_cache_hits -> vllm:prefix_cache_hits)
     names: dict[str, str] = Field(default_factory=dict)
+    # Logical names whose counter the framework creates at its first increment: absent from a
+    # scrape that answered, it stands at 0 (SGLang's cached_tokens_total before the first hit).
+    lazy: list[str] = Field(default_factory=list)
     iteration_stats: IterationStatsSpec | None = None
+
+    @model_validator(mode="after")
+    def _lazy_are_mapped(self) -> MetricsSpec:
+        unmapped = [n for n in self.lazy if n not in self.names]
+        if unmapped:
+            raise ValueError(f"metrics.lazy names {unmapped} that metrics.names does not map; add them or drop them")
+        return self
 
 
 class CacheResetSpec(_Strict):

@@ -30,6 +30,7 @@ from bakeoff.models.model_source import ContainerModel
 from bakeoff.results.store import atomic_write_bytes
 from bakeoff.serving.backends import DRAFT_MOUNT, BackendSpec, ContainerSpec, KnobValue
 from bakeoff.serving.container_runtime import find_runtime, runtime_cli, runtime_command
+from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
 from bakeoff.serving.images import ensure_image
 from bakeoff.serving.knobs import draft_model_knob
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
@@ -90,6 +91,7 @@ def container_run_args(
     model: ContainerModel | None = None,
     draft_dir: Path | None = None,
     facts: RuntimeFacts | None = None,
+    gpus: GpuAssignment | None = None,
 ) -> list[str]:
     """The ``run -d ...`` arguments (after :func:`runtime_command`) for one launch. Pure.
 
@@ -102,6 +104,9 @@ def container_run_args(
     id's cache mount and ``-e HF_TOKEN`` by name) replaces the ``model_dir`` mount.
     ``draft_dir`` (the campaign's ``model.draft_path``) is mounted read-only at ``/draft``,
     where the speculative knobs point the server; a launch that needs it and lacks it fails.
+    ``gpus``: the GPUs the server holds (:mod:`bakeoff.serving.gpu_pinning`); None: the first
+    ``tensor_parallel_size`` of them. Never all: a server pinned nowhere lands on GPU 0 beside
+    every other cell, and NVML would meter GPUs it does not use.
     """
     spec = launch.backend.container
     if spec is None:
@@ -142,7 +147,8 @@ def container_run_args(
         args += ["--ulimit", ulimit]
     if spec.gpus:
         # docker's --gpus needs the NVIDIA container toolkit hook; podman uses CDI names.
-        args += ["--gpus", "all"] if runtime == "docker" else ["--device", "nvidia.com/gpu=all"]
+        pinned = gpus or assign_gpus(gpu_count(launch.backend, launch.knobs), {})
+        args += pinned.runtime_args(runtime)
     args += ["--entrypoint", launch.argv[0], spec.image, *launch.argv[1:]]
     return args
 
@@ -252,6 +258,7 @@ def run_container(
     model: ContainerModel | None = None,
     headers: Mapping[str, str] | None = None,
     draft_dir: Path | None = None,
+    gpus: GpuAssignment | None = None,
 ) -> Iterator[ServerHandle]:
     """Run the launch's image on ``127.0.0.1:port`` until the block ends; always remove it.
 
@@ -274,6 +281,7 @@ def run_container(
         model=model,
         draft_dir=draft_dir,
         facts=live_runtime_facts(runtime),
+        gpus=gpus,
     )
     command_line = _record_launch(run_dir, log_path, runtime, name, args)
     follower: _LogFollower | None = None
@@ -293,7 +301,12 @@ def run_container(
             container_id=container_id,
             image=spec.image,
             image_digest=info.digest,
-            extra={"runtime": runtime, "container_name": name, "image_build_s": info.build_s},
+            extra={
+                "runtime": runtime,
+                "container_name": name,
+                "image_build_s": info.build_s,
+                "gpus": gpus.to_json() if gpus is not None else None,
+            },
         )
     finally:
         # By name: it is known even when Ctrl-C came before `run -d` printed the ID.

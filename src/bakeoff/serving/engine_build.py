@@ -30,10 +30,12 @@ from bakeoff.errors import LaunchError, SpecError
 from bakeoff.paths import user_cache_dir
 from bakeoff.serving.backends import BackendSpec, KnobValue
 from bakeoff.serving.container_runtime import find_runtime, runtime_command
+from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus
 from bakeoff.serving.launch_render import baked_knobs, render_engine_build
 from bakeoff.serving.process import log_tail
 
-KEY_VERSION = "bakeoff-engine-key v1"
+# v2: engines converted in float16 (v1 engines were bfloat16 and must not be reused as float16).
+KEY_VERSION = "bakeoff-engine-key v2"
 MODEL_MOUNT = "/model"
 WORK_MOUNT = "/work"
 RECORD = "build.json"
@@ -112,9 +114,18 @@ def default_cache_dir() -> Path:
 
 
 def engine_step_args(
-    backend: BackendSpec, step: list[str], *, runtime: str, model_dir: Path, work_dir: Path
+    backend: BackendSpec,
+    step: list[str],
+    *,
+    runtime: str,
+    model_dir: Path,
+    work_dir: Path,
+    gpus: GpuAssignment | None = None,
 ) -> list[str]:
-    """``run --rm ...`` arguments (after the runtime command) for one build step. Pure."""
+    """``run --rm ...`` arguments (after the runtime command) for one build step. Pure.
+
+    ``gpus``: the cell's GPUs (the build runs where its server will); None: GPU 0.
+    """
     if backend.engine_build is None:
         raise SpecError(f"backend {backend.name!r} has no engine build")
     args = [
@@ -130,7 +141,7 @@ def engine_step_args(
         for ulimit in spec.ulimits:
             args += ["--ulimit", ulimit]
     # Tactic selection in trtllm-build runs kernels: the build needs the GPU too.
-    args += ["--gpus", "all"] if runtime == "docker" else ["--device", "nvidia.com/gpu=all"]
+    args += (gpus or assign_gpus(1, {})).runtime_args(runtime)
     args += ["--entrypoint", step[0], backend.engine_build.image, *step[1:]]
     return args
 
@@ -163,6 +174,7 @@ def build_engine(
     cache_dir: Path | None = None,
     run: StepRunner = run_logged,
     runtime: str | None = None,
+    gpus: GpuAssignment | None = None,
 ) -> EngineBuild:
     """Build the engine for this model and knob set, or reuse the cached one.
 
@@ -199,7 +211,7 @@ def build_engine(
     for number, step in enumerate(steps, start=1):
         argv = [
             *runtime_command(runtime),
-            *engine_step_args(backend, step, runtime=runtime, model_dir=model_dir, work_dir=work_dir),
+            *engine_step_args(backend, step, runtime=runtime, model_dir=model_dir, work_dir=work_dir, gpus=gpus),
         ]
         status = run(argv, log_path)
         if status != 0:

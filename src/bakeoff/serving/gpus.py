@@ -5,12 +5,16 @@
   LaunchError, since a GPU backend cannot start without the driver.
 - :func:`gpus`: (name, driver version) per GPU from ``nvidia-smi --query-gpu``, what a run's
   origin and a Ray node's facts record; empty on a machine without one, asked once per process.
-- :class:`NvmlProbe`: utilisation, memory used and power drawn of every GPU through NVML
+- :class:`NvmlProbe`: utilisation, memory used and power drawn of the server's GPUs through NVML
   (``nvidia-ml-py``, imported only when asked for, so its absence costs nothing), which the
   telemetry series samples; :func:`nvml_probe` returns None with the reason where NVML is
   not there, and :func:`gpu_names` are the names NVML reports (the roofline's datasheet keys).
 - :func:`nvml_energy_readers`: each GPU's cumulative energy counter (joules since the driver
   loaded), which :mod:`bakeoff.observe.energy` differences over a run's measured window.
+
+Both NVML readers take ``indices``: the GPUs the server is pinned to
+(:mod:`bakeoff.serving.gpu_pinning`, NVML's own numbering, which docker's ``device=`` and the
+CDI names share); None reads every GPU. A server's figures never include a GPU it does not hold.
 
 Both tools are read through these functions only, so a stand-in ``nvidia-smi`` on ``PATH``
 or a fake NVML module (``nvml_probe(module=...)``) stands in for a GPU in tests.
@@ -69,14 +73,26 @@ def gpu_available() -> bool:
     return bool(gpus())
 
 
+def _chosen(nvml: ModuleType, indices: list[int] | None) -> list[int]:
+    """The NVML indices to read: ``indices`` (each checked to exist), or every GPU."""
+    count = int(nvml.nvmlDeviceGetCount())
+    if indices is None:
+        return list(range(count))
+    missing = [i for i in indices if not 0 <= i < count]
+    if missing:
+        raise LookupError(f"GPU {', '.join(map(str, missing))} not among the {count} NVML sees")
+    return list(indices)
+
+
 class NvmlProbe:
-    """Utilisation, memory and power of every NVIDIA GPU on the machine, through NVML."""
+    """Utilisation, memory and power of the server's NVIDIA GPUs (every GPU when not told which), through NVML."""
 
     columns = ("gpu_util_pct", "gpu_mem_used_bytes", "gpu_power_w")
 
-    def __init__(self, nvml: ModuleType) -> None:
+    def __init__(self, nvml: ModuleType, indices: list[int] | None = None) -> None:
         self._nvml = nvml
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        self.indices = _chosen(nvml, indices)
+        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
         self.names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
 
     def read(self) -> dict[str, float | None]:
@@ -109,8 +125,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def nvml_probe(module: str = "pynvml") -> tuple[NvmlProbe | None, str]:
-    """An NVML probe, or None and why not (no nvidia-ml-py, no driver, no GPU)."""
+def nvml_probe(module: str = "pynvml", indices: list[int] | None = None) -> tuple[NvmlProbe | None, str]:
+    """An NVML probe of ``indices`` (None: every GPU), or None and why not (no nvidia-ml-py, no driver, no GPU)."""
     try:
         nvml = importlib.import_module(module)
     except ImportError:
@@ -120,13 +136,16 @@ def nvml_probe(module: str = "pynvml") -> tuple[NvmlProbe | None, str]:
     except Exception as exc:  # NVMLError and its driver-missing subclasses
         return None, f"NVML did not start: {exc}"
     try:
-        probe = NvmlProbe(nvml)
+        probe = NvmlProbe(nvml, indices)
+    except LookupError as exc:
+        return None, f"NVML: {exc}"
     except nvml.NVMLError as exc:
         return None, f"NVML could not list the GPUs: {exc}"
     if not probe.names:
         probe.close()
         return None, "NVML found no GPU"
-    return probe, f"NVML: {', '.join(probe.names)}"
+    which = ", ".join(f"gpu{i} {name}" for i, name in zip(probe.indices, probe.names, strict=True))
+    return probe, f"NVML: {which}"
 
 
 def gpu_names() -> list[str]:
@@ -139,21 +158,27 @@ def gpu_names() -> list[str]:
     return names
 
 
-def nvml_energy_readers(module: str = "pynvml") -> tuple[list[tuple[str, Callable[[], float]]], str]:
-    """(label, joules so far) per NVIDIA GPU, or none and why (no nvidia-ml-py, no driver, no GPU, no counter)."""
+def nvml_energy_readers(
+    module: str = "pynvml", indices: list[int] | None = None
+) -> tuple[list[tuple[str, Callable[[], float]]], str]:
+    """(label, joules so far) per NVIDIA GPU of ``indices`` (None: every GPU), or none and why
+    (no nvidia-ml-py, no driver, no such GPU, no counter)."""
     try:
         nvml: ModuleType = importlib.import_module(module)
     except ImportError:
         return [], "nvidia-ml-py is not installed (pip install 'bakeoff[telemetry-gpu]')"
     try:
         nvml.nvmlInit()
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        chosen = _chosen(nvml, indices)
+        handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in chosen]
+    except LookupError as exc:
+        return [], f"NVML: {exc}"
     except Exception as exc:  # NVMLError and its driver-missing subclasses
         return [], f"NVML did not start: {exc}"
     if not handles:
         return [], "NVML found no GPU"
     readers = []
-    for index, handle in enumerate(handles):
+    for index, handle in handles:
         label = f"gpu{index} {_text(nvml.nvmlDeviceGetName(handle))}"
         try:
             nvml.nvmlDeviceGetTotalEnergyConsumption(handle)

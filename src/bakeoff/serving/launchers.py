@@ -25,6 +25,7 @@ drives the load once a handle is yielded.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from bakeoff.serving.containers import container_run_args, render_container_laun
 from bakeoff.serving.engine_build import build_engine
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.gpu_checks import check_cuda_compat
+from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
 from bakeoff.serving.gpus import query_nvidia_smi
 from bakeoff.serving.knobs import model_file_choice
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
@@ -90,9 +92,20 @@ class LaunchContext:
     draft_dir: Path | None = None  # the campaign's model.draft_path, for speculative decoding
     port: int | None = None  # the host port to serve on (bakeoff serve --port); None: a free one
     stand_in: StandIn | None = None  # a rehearsal's quality answers and real checkpoint; None: no quality set
+    # The GPUs the server holds; None: from CUDA_VISIBLE_DEVICES (Ray's share) or the first N (gpu_pinning).
+    gpus: GpuAssignment | None = None
 
     def host_port(self) -> int:
         return self.port if self.port is not None else free_port()
+
+    def gpu_assignment(self) -> GpuAssignment | None:
+        """The GPUs a GPU server is pinned to (None for a CPU server)."""
+        if self.backend.accelerator != "gpu":
+            return None
+        if self.gpus is not None:
+            return self.gpus
+        count = gpu_count(self.backend, self.server.knobs)
+        return assign_gpus(count, os.environ, label=f"server {self.server.label!r}")
 
 
 Started = Iterator[tuple[ServerHandle, RenderedLaunch]]
@@ -143,6 +156,7 @@ def _process(ctx: LaunchContext) -> Started:
         launch, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
+        handle.extra["engine_build_step"] = "GGUF conversion" if convert_s is not None else None
         handle.weight_types = weights
         yield handle, launch
 
@@ -164,11 +178,12 @@ def _container(ctx: LaunchContext) -> Started:
     if backend.accelerator == "gpu":
         # Before any pull: an image newer than the driver's CUDA fails only after minutes.
         check_cuda_compat(backend, query_nvidia_smi())
-    source, engine_s = ctx.source, None
+    gpus = ctx.gpu_assignment()
+    source, engine_s, engine_cached = ctx.source, None, None
     if backend.engine_build is not None:
         # The engine flow serves a prebuilt engine: build (or reuse) it first, timed.
-        engine = build_engine(source.local_dir_or_raise(), backend, ctx.server.knobs)
-        source, engine_s = ModelSource(hf_id=None, local_dir=engine.path), engine.seconds
+        engine = build_engine(source.local_dir_or_raise(), backend, ctx.server.knobs, gpus=gpus)
+        source, engine_s, engine_cached = ModelSource(hf_id=None, local_dir=engine.path), engine.seconds, engine.cached
     model = source.container_mount(backend.container.model_mount)
     launch = render_container_launch(
         backend, ctx.server.knobs, served_model_name=ctx.served_name, model_arg=model.model_arg
@@ -182,8 +197,11 @@ def _container(ctx: LaunchContext) -> Started:
         model=model,
         headers=ctx.headers,
         draft_dir=ctx.draft_dir,
+        gpus=gpus,
     ) as handle:
         handle.extra["engine_build_s"] = engine_s
+        handle.extra["engine_build_cached"] = engine_cached
+        handle.extra["engine_build_step"] = "trtllm-build" if engine_s is not None else None
         yield handle, launch
 
 
@@ -197,6 +215,7 @@ def rehearsal_argv(
     draft_tokens: int = 0,
     canned: Path | None = None,
     prompt_logprob: float = PROMPT_LOGPROB,
+    startup_log: bool = False,
 ) -> list[str]:
     """The reference server in one framework's profile, at the rehearsal's pace.
 
@@ -206,13 +225,16 @@ def rehearsal_argv(
     honours those; the lossy ones (quantized weights or KV cache) change what it answers:
     ``canned`` (the quality set's answers, some planted wrong) and ``prompt_logprob``
     (:mod:`bakeoff.serving.stand_in_quality`). Every other knob is rendered into the recorded
-    command only.
+    command only. ``startup_log``: the profile's start-up log lines (TensorRT-LLM's PyTorch-flow
+    build markers, read into the effort record as on a GPU host).
     """
     extra = ["--reasoning-tokens", str(REHEARSAL_REASONING_TOKENS)] if reasoning else []
     if draft_tokens:
         extra += ["--spec-tokens", str(draft_tokens), "--spec-accept", str(REHEARSAL_DRAFT_ACCEPTANCE)]
     if canned is not None:
         extra += ["--canned", str(canned)]
+    if startup_log:
+        extra.append("--startup-log")
     return [
         sys.executable, "-m", "bakeoff.ref.server",
         "--profile", profile,
@@ -244,6 +266,7 @@ def rehearsed_container_command(
     draft_dir: Path | None = None,
     config_path: Path | None = None,
     name: str | None = None,
+    gpus: GpuAssignment | None = None,
 ) -> str:
     """The exact container command a GPU host would execute for this launch (never run here).
 
@@ -260,6 +283,7 @@ def rehearsed_container_command(
         config_path=config_path,
         model=model,
         draft_dir=draft_dir,
+        gpus=gpus,
     )
     return shell_words([*runtime_command(runtime), *args])
 
@@ -305,7 +329,10 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     if launch.config_text is not None and backend.config_file is not None:
         config = ctx.run_dir / f"rehearsed-{backend.config_file.filename}"
         config.write_text(launch.config_text)
-    command = rehearsed_container_command(launch, model, port=port, draft_dir=ctx.draft_dir, config_path=config)
+    gpus = ctx.gpu_assignment()
+    command = rehearsed_container_command(
+        launch, model, port=port, draft_dir=ctx.draft_dir, config_path=config, gpus=gpus
+    )
     prefix_caching = launch.knobs.get("prefix_caching", True) is not False
     reasoning = launch.knobs.get("reasoning_parser") not in (None, "none")
     canned, logprob = _plant_quality(ctx, launch)
@@ -318,12 +345,17 @@ def _rehearsal(ctx: LaunchContext) -> Started:
         draft_tokens=rehearsal_draft_tokens(launch),
         canned=canned,
         prompt_logprob=logprob,
+        # A flow that builds at start logs its build (TensorRT-LLM's PyTorch flow); an engine flow built before.
+        startup_log=backend.engine_build is None,
     )
     stand_in = RenderedLaunch(backend, argv, {}, None, launch.knobs, launch.non_default)
     with run_local_process(
         stand_in, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
         handle.extra.update({"rehearsal": True, "stand_in_command": handle.command_line, "engine_build_s": None})
+        if backend.engine_build is not None:  # the engine flow's build is rendered (gpu-host steps), never run here
+            handle.extra["engine_build_step"] = "trtllm-build: not run in a rehearsal"
+        handle.extra["gpus"] = gpus.to_json() if gpus is not None else None
         handle.kind = "rehearsal"
         handle.command_line = command
         handle.image = backend.container.image if backend.container else None

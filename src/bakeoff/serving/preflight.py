@@ -8,9 +8,22 @@ process backend. No GPU, model or network is needed: the script only parses.
 - vLLM: ``make_arg_parser(FlexibleArgumentParser())`` (``entrypoints/openai``, ``common`` or
   ``launchers/cli_args.py``, whichever the release has) parses the argv after the program.
 - SGLang: ``ServerArgs.add_cli_args`` on an ``argparse.ArgumentParser``, then ``parse_args``.
-- TensorRT-LLM: ``trtllm-serve``'s click command parses the argv (``make_context``), and the
+- TensorRT-LLM: ``trtllm-serve``'s ``main`` is a click *group* (``DefaultGroup`` in
+  ``tensorrt_llm/commands/serve.py``, routing an unknown first word to ``serve``): its
+  ``make_context`` parses the group's own options and stops at MODEL, so every option of the
+  launch would go unparsed. The ``serve`` subcommand is parsed instead (``main.commands["serve"]``,
+  every option: ``--served_model_name``, ``--config``, ``--backend`` among them), and the
   rendered options file is validated with ``TorchLlmArgs`` (pydantic; unknown keys and a
   wrong speculative tag fail there).
+
+Each script also prints the image's own defaults for the knobs a campaign may leave unset
+(:data:`DEFAULT_PARAMS`): for TensorRT-LLM, the ``serve`` options' defaults, which
+``get_llm_args`` passes to the LLM whatever the options file leaves out (``--max_batch_size``
+and ``--max_num_tokens`` default to ``BuildConfig``'s fields, 2048 and 8192 in
+``tensorrt_llm/builder.py``); they go into ``run.json`` so "framework defaults" is what the
+image did. An import that fails in the GPU-less pre-flight container (a CUDA library the image
+loads at import) is *not checked*, with the reason, never a refusal: only the framework's
+parser refusing the launch stops a campaign.
 
 A refusal carries the framework's own message (argparse's ``error: ...`` line, click's or
 pydantic's). :func:`run_preflight` runs it; in a rehearsal, where the GPU images are not
@@ -31,23 +44,33 @@ from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command
 from bakeoff.serving.launch_render import RenderedLaunch
 
-Status = Literal["ok", "refused", "skipped"]
+Status = Literal["ok", "refused", "skipped", "not_checked"]
 TIMEOUT_S = 300.0  # importing a framework takes tens of seconds on 2 cores
+# The script's exit status when the framework could not even be imported (not a refusal).
+NOT_CHECKED_EXIT = 3
 
 _COMMON = """\
 import json, sys
 payload = json.loads(sys.argv[1])
 args = payload["args"]
 sys.argv[0] = payload["prog"]  # argparse names the program in its messages
+
+def not_checked(exc):
+    # The framework did not import here (no GPU, no driver library): nothing was judged.
+    print(json.dumps({"not_checked": (type(exc).__name__ + ": " + str(exc))[:400]}))
+    sys.exit(3)
 """
 
 _VLLM = (
     _COMMON
     + """\
 try:
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-except ImportError:
-    from vllm.utils import FlexibleArgumentParser
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+except Exception as exc:
+    not_checked(exc)
 make_arg_parser = None
 for module in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.common.cli_args",
                "vllm.entrypoints.launchers.cli_args"):
@@ -68,7 +91,10 @@ _SGLANG = (
     _COMMON
     + """\
 import argparse
-from sglang.srt.server_args import ServerArgs
+try:
+    from sglang.srt.server_args import ServerArgs
+except Exception as exc:
+    not_checked(exc)
 parser = argparse.ArgumentParser(prog="sglang.launch_server")
 ServerArgs.add_cli_args(parser)
 parsed = parser.parse_args(args)
@@ -80,20 +106,43 @@ _TRTLLM = (
     _COMMON
     + """\
 import os, yaml
-from tensorrt_llm.commands.serve import main
-from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+try:
+    from tensorrt_llm.commands.serve import main
+    from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+except Exception as exc:
+    not_checked(exc)
 if payload["config_path"]:
-    os.makedirs(os.path.dirname(payload["config_path"]), exist_ok=True)
+    if os.path.dirname(payload["config_path"]):
+        os.makedirs(os.path.dirname(payload["config_path"]), exist_ok=True)
     with open(payload["config_path"], "w") as f:
         f.write(payload["config"])
-main.make_context("trtllm-serve", list(args))
+# main is a click group that would stop at MODEL: parse the serve subcommand, every option.
+serve = main.commands["serve"] if "serve" in getattr(main, "commands", {}) else main
+words = list(args)
+if words[:1] == ["serve"]:
+    words = words[1:]
+ctx = serve.make_context("trtllm-serve serve", words)
+defaults = {p.name: p.get_default(ctx) for p in serve.params if p.name in payload["defaults"]}
 options = yaml.safe_load(payload["config"] or "") or {}
 TorchLlmArgs.model_validate({"model": payload["model"], **options})
-print(json.dumps({"parsed": len(options)}))
+print(json.dumps({"parsed": len(options), "defaults": defaults}))
 """
 )
 
 SCRIPTS = {"vllm": _VLLM, "sglang": _SGLANG, "trtllm": _TRTLLM}
+# The parser's own defaults read back per framework (native name -> bakeoff knob): what the
+# image does with a knob a campaign leaves unset. trtllm-serve's serve options
+# (tensorrt_llm/commands/serve.py): --max_batch_size / --max_num_tokens default to BuildConfig's
+# fields, --max_seq_len None (from the model), --free_gpu_memory_fraction 0.9.
+DEFAULT_PARAMS: dict[str, dict[str, str]] = {
+    "trtllm": {
+        "max_batch_size": "max_num_seqs",
+        "max_num_tokens": "max_num_batched_tokens",
+        "max_seq_len": "max_model_len",
+        "free_gpu_memory_fraction": "gpu_memory_utilization",
+        "enable_chunked_prefill": "chunked_prefill",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -103,9 +152,15 @@ class PreflightResult:
     status: Status
     detail: str
     command: list[str] = field(default_factory=list)
+    # The image's own defaults, by bakeoff knob name (DEFAULT_PARAMS), where the parser gave them.
+    image_defaults: dict[str, object] = field(default_factory=dict)
 
     def line(self) -> str:
-        return f"{self.label} ({self.backend}): {self.status}" + (f": {self.detail}" if self.detail else "")
+        shown = self.status.replace("_", " ")
+        return f"{self.label} ({self.backend}): {shown}" + (f": {self.detail}" if self.detail else "")
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": self.status, "detail": self.detail, "image_defaults": self.image_defaults}
 
 
 def parser_args(backend: BackendSpec, argv: list[str]) -> list[str]:
@@ -129,7 +184,15 @@ def _payload(launch: RenderedLaunch, model: str) -> str:
     prog = {"vllm": "vllm serve", "sglang": "sglang.launch_server", "trtllm": "trtllm-serve"}[
         launch.backend.preflight or ""
     ]
-    body = {"args": args, "config": launch.config_text, "config_path": config_path, "model": model, "prog": prog}
+    wanted = sorted(DEFAULT_PARAMS.get(launch.backend.preflight or "", {}))
+    body = {
+        "args": args,
+        "config": launch.config_text,
+        "config_path": config_path,
+        "model": model,
+        "prog": prog,
+        "defaults": wanted,
+    }
     return json.dumps(body)
 
 
@@ -173,9 +236,28 @@ def run_preflight(
         raise LaunchError(f"{label}: preflight ran past {timeout_s:.0f} s: `{shlex.join(command[:8])} ...`") from exc
     except FileNotFoundError as exc:
         raise LaunchError(f"{label}: preflight cannot run {command[0]}: {exc}") from exc
+    said = _last_json(proc.stdout)
+    if proc.returncode == NOT_CHECKED_EXIT and "not_checked" in said:
+        why = f"{backend.preflight} did not import in the GPU-less pre-flight container ({said['not_checked']})"
+        return PreflightResult(label, backend.name, "not_checked", why, command)
     if proc.returncode == 0:
-        return PreflightResult(label, backend.name, "ok", f"{backend.preflight}'s own parser took the launch", command)
+        names = DEFAULT_PARAMS.get(backend.preflight or "", {})
+        found = said.get("defaults")
+        defaults = {names[k]: v for k, v in found.items() if k in names} if isinstance(found, dict) else {}
+        took = f"{backend.preflight}'s own parser took the launch"
+        return PreflightResult(label, backend.name, "ok", took, command, defaults)
     return PreflightResult(label, backend.name, "refused", framework_message(proc.stderr or proc.stdout), command)
+
+
+def _last_json(stdout: str) -> dict[str, object]:
+    """The script's report: its last stdout line as a JSON object ({} when there is none)."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        return parsed if isinstance(parsed, dict) else {}
+    return {}
 
 
 def stand_in(label: str, launch: RenderedLaunch, known_flags: set[str] | None, command: list[str]) -> PreflightResult:
