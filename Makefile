@@ -33,10 +33,10 @@ TIMED = --suite-times=$(SUITE_TIMES) --suite-phase=
 # (dpkg takes one lock), then the harness environment every other step runs bakeoff from; the
 # rest overlap: the llama.cpp build keeps both cores busy for minutes while the engine and
 # quantization environments, the wheels and the container image mostly wait on downloads.
-SETUP := engine-env llamacpp images browser models models-trained quant-env wheels
+SETUP := engine-env llamacpp images browser models models-trained models-int4 quant-env wheels
 SETUP_JOBS ?= 4
 
-.PHONY: demo test setup debs harness engine-env venv quant-env models models-trained ship-trained llamacpp podman images browser wheels lint unit lab lock bench-loadgen clean-reports
+.PHONY: demo test setup debs harness engine-env venv quant-env models models-trained models-int4 ship-trained llamacpp podman images browser wheels lint unit lab lock bench-loadgen clean-reports
 
 demo: venv llamacpp models
 	$(BAKEOFF) campaign run campaigns/cpu-demo.yaml
@@ -74,6 +74,12 @@ models: harness
 # trained with torch only where the recipe changed (about 6 min on 2 idle cores).
 models-trained: harness
 	@$(BAKEOFF) model make --preset trained
+
+# The trained model's INT4 (W4A8 GPTQ) checkpoint the INT4 e2e test serves, made with .venv-quant and
+# cached in ~/.cache/bakeoff/models: minutes of GPTQ that a test would otherwise spend before its
+# engine starts (its first run on a bare machine: most of the test's 1,025 s on a loaded host).
+models-int4: quant-env models-trained
+	@$(BAKEOFF) model quantize --preset trained --scheme w4a8
 
 # After a recipe change: retrain both, ship them in pretrained/, and run the `training` tier.
 ship-trained: harness

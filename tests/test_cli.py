@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,13 @@ def test_bench_refuses_bad_numbers_naming_the_flag(flag: str, value: str, tmp_pa
     done = bakeoff("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path), *flat)
     assert done.returncode == 2
     assert flag in done.stderr
+
+
+def test_model_quantize_of_a_model_not_made_names_the_command_that_makes_it(tmp_path: Path) -> None:
+    env = {**os.environ, "BAKEOFF_MODELS_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "model", "quantize", "--preset", "trained", "--scheme", "w4a8"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "run `bakeoff model make --preset trained`" in done.stderr and "Traceback" not in done.stderr
