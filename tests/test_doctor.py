@@ -281,3 +281,23 @@ def test_campaign_run_stops_before_any_pull_on_a_doctor_error(tmp_path: Path, mo
     with pytest.raises(SpecError, match="bakeoff doctor found"):
         execute.run_campaign(CAMPAIGNS / "gpu-7b-three-frameworks.yaml", out_dir=tmp_path / "out")
     assert run_doctor(CAMPAIGNS / "cpu-demo.yaml", host) == []  # CPU campaigns are not the doctor's
+
+
+def test_a_ray_campaign_stops_before_any_task_on_a_doctor_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bakeoff.cluster import ray_runner
+    from bakeoff.cluster.ray_store import ResultStore
+    from bakeoff.errors import SpecError
+
+    host = _rootless_podman(tmp_path, cdi=False)
+    monkeypatch.setattr("bakeoff.campaign.doctor_run.read_live", lambda: host)
+
+    def no_prepare(*args: object, **kwargs: object) -> None:
+        raise AssertionError("prepare (plans, pulls) ran after a doctor error")
+
+    monkeypatch.setattr(ray_runner, "prepare", no_prepare)
+    results = ResultStore.open(None, tmp_path / "out")
+    # Ray itself is never reached: the doctor stops the run on the driver first.
+    with pytest.raises(SpecError, match="bakeoff doctor found"):
+        ray_runner.run_cells_on_ray(object(), CAMPAIGNS / "gpu-7b-three-frameworks.yaml", results)  # type: ignore[arg-type]

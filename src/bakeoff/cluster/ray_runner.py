@@ -47,6 +47,7 @@ import psutil
 
 from bakeoff.campaign import resume
 from bakeoff.campaign.cells import Cell, prepare
+from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.execute import auto_stop, cell_fingerprint, render_report, rounds, run_cell
 from bakeoff.campaign.progress import cell_result
 from bakeoff.campaign.runner import salvage_runs
@@ -318,6 +319,11 @@ def run_cells_on_ray(
         resume.start_over(out)
         results.delete("cells")
     results.pull("cells", out / "cells")  # what earlier runs of this campaign measured
+    if load_campaign(path).gpu and not rehearse:
+        # The host, model and images before any task pulls an image. It examines the driver's
+        # host: on a one-node cluster (a local start) that is where the cells run; a remote
+        # cluster's nodes are not examined from here.
+        refuse_on_problems(run_doctor(path), path)
     spec, cells = prepare(path, out, only, rehearse=rehearse)
     check_ray_fields(spec, cells)
     results.push_file(out / CAMPAIGN_COPY, CAMPAIGN_COPY)
