@@ -439,7 +439,8 @@ def run_campaign(
     failures: list[str] = []
     tag = REHEARSAL_TAG if rehearse else ""
     measured = calibrate(history_root())  # the history's start-up and decode figures, where it has them
-    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart, measured) for c in cells], tag=tag)
+    estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
+    progress = CampaignProgress(estimates, tag=tag)
     with kernel_environment():
         try:
             _run_cells(cells, out, failures, progress, spec)
@@ -486,7 +487,8 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) ->
         salvage_runs(out / "cells", resolve_slo(spec.slo))
         tag = REHEARSAL_TAG if rehearse else ""
         measured = calibrate(history_root())
-        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart, measured) for c in cells], tag=tag)
+        estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
+        progress = CampaignProgress(estimates, tag=tag)
         _run_cells(cells, out, failures, progress, spec)
         print(progress.summary(), flush=True)
         done = [c for c in load_cells(out) if c.label == server.label]

@@ -264,7 +264,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             for warning in unset_warnings(spec):
                 print(f"  {warning}", file=sys.stderr)
             auto = (spec.min_repeats, spec.planned_repeats) if spec.repeats == "auto" else None
-            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured)}")
+            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured, warm=spec.warm_repeats)}")
             every_cell.extend(cells)
         # Said once, not under every campaign of `validate campaigns/*.yaml`.
         print(f"(the durations are rough: {estimate_basis(every_cell, measured)[1]})")
