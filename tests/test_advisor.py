@@ -232,6 +232,11 @@ def test_every_diagnosis_of_the_demo_has_its_next_knob(demo_like: Path, capsys: 
     assert variants["llamacpp-quantization-q8_0"]["quantization"] == "q8_0"
     assert written.workloads[0].levels == [1, 4]  # type: ignore[union-attr]
     assert main(["campaign", "validate", str(demo_like / "advice.yaml")]) == 0
+    # Handed to tune: one search space, so llama.cpp's q8_0 (no vLLM-CPU value) stays in advice.yaml.
+    assert main(["advise", str(demo_like), "--tune"]) == 0
+    tune = load_campaign(demo_like / "advice-tune.yaml")
+    assert tune.tune is not None and {s.label for s in tune.servers} == {"vllm-default", "vllm-2threads"}
+    assert sorted(tune.tune.only) == ["speculative", "threads"]
 
 
 def test_advise_with_nothing_left_says_why_and_exits_0(

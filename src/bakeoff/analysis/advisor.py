@@ -514,14 +514,27 @@ def _tune_range(backend: BackendSpec, step: Step) -> dict[str, Any]:
     return {"choices": list(dict.fromkeys(values))}
 
 
+def _takes(backend: BackendSpec, knob: str, value: KnobValue) -> bool:
+    try:
+        check_knob(backend, knob, value)
+    except BakeoffError:
+        return False
+    return True
+
+
 def write_tune_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
     """The advice handed to ``bakeoff tune``: the advised servers as measured, searching the advised knobs."""
     if not steps:
         raise SpecError(f"{campaign_dir}: no advice to tune from (no measured diagnosis with a knob left to turn)")
     raw: dict[str, Any] = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
     servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
-    servers = [{**servers_raw[name], "label": name} for name in dict.fromkeys(s.server for s in steps)]
     first = steps[0]
+    # One workload and one search space for every server searched: a step whose value another
+    # advised backend cannot take (llama.cpp's q8_0 is no vLLM-CPU quantization) stays in advice.yaml.
+    steps = [s for s in steps if s.workload == first.workload]
+    backends = {name: load_backend(name) for name in {s.backend for s in steps}}
+    steps = [s for s in steps if all(_takes(b, s.knob, s.proposed) for b in backends.values())] or [first]
+    servers = [{**servers_raw[name], "label": name} for name in dict.fromkeys(s.server for s in steps)]
     ranges: dict[str, Any] = {}
     for step in steps:
         ranges.setdefault(step.knob, _tune_range(load_backend(step.backend), step))
