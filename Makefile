@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BAKEOFF := $(BIN)/bakeoff
 PYTEST_ARGS ?=
-# The suite runs in three phases (README, Development): the tests that start no real engine on
+# The suite runs in three phases (docs/development.md): the tests that start no real engine on
 # pytest-xdist workers; the few that assert millisecond timing ("precision") alone, since a
 # third worker on 2 cores delays a client's reads by milliseconds; then the real-engine and
 # container tests on two workers (an engine's start, a notebook kernel and an open-loop schedule

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Write README's table of shipped campaigns from campaigns/*.yaml, so the two cannot drift.
+"""Write the campaign reference's table of shipped campaigns from campaigns/*.yaml, so the two cannot drift.
 
 Each row is read from its file: the name, what it runs on (a GPU campaign, a CPU one, a CPU
 one with a container backend), its servers, its workloads with their levels or rates, and the
-file's own ``description``. The table sits in README.md between two marker comments;
+file's own ``description``. The table sits in docs/campaigns.md between two marker comments;
 ``--check`` exits 1 when it differs from the files (the test suite runs that).
 
     .venv/bin/python scripts/campaign-table.py [--check]
@@ -57,9 +57,9 @@ def table() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when README's table differs from the files")
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/campaigns.md's table differs from the files")
     args = parser.parse_args()
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "campaigns.md"
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         print(f"{readme}: the campaign table's markers are missing", file=sys.stderr)

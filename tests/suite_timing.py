@@ -1,6 +1,6 @@
 """A pytest plugin that records where a phase of the suite spends its time (``--suite-times DIR``).
 
-``make test`` runs the suite in three phases (README, Development) and passes each
+``make test`` runs the suite in three phases (docs/development.md) and passes each
 ``--suite-times=.suite-times --suite-phase=NAME``; at the end of the phase this writes
 ``DIR/NAME.json``: the phase's wall time, its test count, each test's setup + call + teardown
 seconds (the session fixture a test is the first to use is charged to it, as pytest's own

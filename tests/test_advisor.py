@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import why_planted as planted
-from bakeoff.analysis.advisor import advise, next_step
+from bakeoff.analysis.advisor import Spent, advise, next_step, plan
 from bakeoff.analysis.diagnosis import classify
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.cli.main import main
@@ -29,15 +29,18 @@ def folder(tmp_path: Path, small_model: Path) -> Path:
 
 
 def test_advice_follows_the_cost_order_and_the_diagnosis(folder: Path) -> None:
-    steps = {s.server: s for s in advise(folder)}
+    steps = {s.server: s for s in advise(folder).steps}
     memory = steps["vllm-tight"]
     # Memory-bound: the cheapest knob first — fewer sequences at once, not a bigger KV cache.
     assert (memory.stage, memory.knob, memory.current, memory.proposed) == ("caps", "max_num_seqs", 8, 4)
     assert "preemptions" in memory.markdown()
     batching = steps["llamacpp"]  # four slots, twelve waiting: more slots
     assert (batching.knob, batching.current, batching.proposed) == ("max_num_seqs", 4, 16)
-    # Batching pays, the cap (256) is far above the load, the KV pool 30 % used: no knob follows from the series.
-    assert "vllm-ok" not in steps
+    # Batching pays and the cap (256) is far above the load, so not the cap; alone a step took 2.4x the
+    # bandwidth floor (overhead-bound) and vLLM-CPU left one of the 2 cores idle: bind both.
+    overhead = steps["vllm-ok"]
+    assert overhead.diagnosis.bound == "overhead"
+    assert (overhead.stage, overhead.knob, overhead.current, overhead.proposed) == ("parallelism", "threads", None, 2)
 
 
 def test_advice_follows_from_the_series_it_cites() -> None:
@@ -46,12 +49,21 @@ def test_advice_follows_from_the_series_it_cites() -> None:
     step = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 4})
     assert step is not None and (step.knob, step.current, step.proposed) == ("max_num_seqs", 4, 8), step
     assert "sat at the cap of 4" in step.reason
-    # With the cap out of the way (slots for all 8) the compute-bound advice skips the 8-bit KV cache, and
-    # binding "all cores" too: llama.cpp's threads -1 (its default) already computes on all of them.
-    assert next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8}) is None
-    # Bound to one core of the host's: bind them all.
-    later = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8, "threads": 1})
+    # With the cap out of the way (slots for all 8) the compute-bound advice is smaller weights (llama.cpp
+    # quantizes its GGUF itself), never the 8-bit KV cache: the KV pool was under 1 % used.
+    weights = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8})
+    assert weights is not None
+    assert (weights.stage, weights.knob, weights.proposed) == ("quantization", "quantization", "q8_0")
+    assert "check quality" in weights.reason
+    # Weights quantized and bound to one core of the host's: bind them all.
+    later = next_step(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8, "threads": 1, "quantization": "q8_0"})
     assert later is not None and (later.stage, later.knob, later.current) == ("parallelism", "threads", 1), later
+    # Nothing left: the answer says why at every stage instead of being empty.
+    spent = plan(diagnosis, load_backend("llamacpp"), {"max_num_seqs": 8, "quantization": "q8_0"})
+    assert isinstance(spent, Spent), spent
+    text = spent.markdown()
+    assert "compute-bound): nothing left to turn" in text and "quantized already (q8_0)" in text
+    assert "an 8-bit KV cache buys nothing" in text and "all 2 cores" in text and "no `tensor_parallel_size`" in text
     # A memory-bound server (KV 98 %, preemptions) may be offered one once the cheap knob is spent.
     memory = classify("v", "w", planted.memory_bound())
     step = next_step(memory, load_backend("vllm-cpu"), {"max_num_seqs": 1})
@@ -128,8 +140,8 @@ def test_advise_hands_its_advice_to_tune(folder: Path, capsys: pytest.CaptureFix
     printed = capsys.readouterr().out
     assert "bakeoff tune" in printed and "validated" in printed
     spec = load_campaign(folder / "advice-tune.yaml")
-    assert spec.tune is not None and spec.tune.only == ["max_num_seqs"] and spec.tune.load == 16
-    assert {s.label for s in spec.servers} == {"vllm-tight", "llamacpp"}
+    assert spec.tune is not None and spec.tune.only == ["max_num_seqs", "threads"] and spec.tune.load == 16
+    assert {s.label for s in spec.servers} == {"vllm-tight", "llamacpp", "vllm-ok"}
     seqs = spec.tune.knobs["max_num_seqs"]
     assert seqs.low is not None and seqs.high is not None and seqs.low <= 4 and seqs.high >= 16
 
@@ -163,7 +175,7 @@ def test_advise_reads_the_cpu_flags_the_run_recorded(tmp_path: Path, small_model
             info = json.loads(run_json.read_text())
             info["machine"]["cpu_flags"] = sorted(flags)
             run_json.write_text(json.dumps(info))
-        return {s.server: s.knob for s in advise(folder)}
+        return {s.server: s.knob for s in advise(folder).steps}
 
     # Whatever this host has: the measured host's flags decide.
     assert recorded(AVX2) == {"vllm-one": "kv_cache_space_gib"}
@@ -178,3 +190,65 @@ def test_the_advice_campaign_repeats_as_the_measured_one_did(folder: Path) -> No
     assert main(["advise", str(folder)]) == 0
     spec = load_campaign(folder / "advice.yaml")
     assert (spec.repeats, spec.min_repeats, spec.max_repeats, spec.min_effect) == ("auto", 2, 4, 0.1)
+
+
+@pytest.fixture
+def demo_like(tmp_path: Path, small_model: Path) -> Path:
+    """The cpu-demo's diagnosis (issue [19]): vLLM-CPU overhead-bound at 1 and 2 threads, llama.cpp compute-bound."""
+    cells = {
+        "vllm-default": ("vllm-cpu", {"max_model_len": 2048}, planted.overhead_bound_at_4()),
+        "vllm-2threads": ("vllm-cpu", {"max_model_len": 2048, "threads": 2}, planted.overhead_bound_at_4()),
+        "llamacpp": ("llamacpp", {"max_num_seqs": 16, "max_model_len": 2048}, planted.compute_bound_on_a_cpu()),
+    }
+    return planted.campaign_folder(tmp_path / "reports" / "cpu-demo", small_model, cells)
+
+
+def test_every_diagnosis_of_the_demo_has_its_next_knob(demo_like: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    advice = advise(demo_like)
+    steps = {s.server: s for s in advice.steps}
+    assert {s: st.diagnosis.bound for s, st in steps.items()} == {
+        "vllm-default": "overhead",
+        "vllm-2threads": "overhead",
+        "llamacpp": "compute",
+    }
+    assert not advice.spent and advice.undiagnosed is None
+    # Overhead-bound with a core idle: bind both. With both bound, speculation for latency at concurrency 1.
+    assert (steps["vllm-default"].knob, steps["vllm-default"].proposed) == ("threads", 2)
+    spec = steps["vllm-2threads"]
+    assert (spec.stage, spec.knob, spec.proposed, spec.level) == ("speculation", "speculative", "ngram", 1.0)
+    assert "per-step overhead" in spec.reason
+    # Compute-bound on both cores: smaller weights, the next stage in the cost order.
+    weights = steps["llamacpp"]
+    assert (weights.knob, weights.proposed, weights.level) == ("quantization", "q8_0", 4.0)
+    # The report says the same; never that nothing was measured.
+    shown = report_why.advice_markdown(demo_like)
+    assert "nothing measured" not in shown and "q8_0" in shown and "ngram" in shown
+    # `bakeoff advise` writes a campaign that validates, each variant at the level its step is for.
+    assert main(["advise", str(demo_like)]) == 0
+    assert "validated" in capsys.readouterr().out
+    written = load_campaign(demo_like / "advice.yaml")
+    variants = {s.label: s.knobs for s in written.servers}
+    assert variants["vllm-2threads-speculative-ngram"] == {"max_model_len": 2048, "threads": 2, "speculative": "ngram"}
+    assert variants["llamacpp-quantization-q8_0"]["quantization"] == "q8_0"
+    assert written.workloads[0].levels == [1, 4]  # type: ignore[union-attr]
+    assert main(["campaign", "validate", str(demo_like / "advice.yaml")]) == 0
+    # Handed to tune: one search space, so llama.cpp's q8_0 (no vLLM-CPU value) stays in advice.yaml.
+    assert main(["advise", str(demo_like), "--tune"]) == 0
+    tune = load_campaign(demo_like / "advice-tune.yaml")
+    assert tune.tune is not None and {s.label for s in tune.servers} == {"vllm-default", "vllm-2threads"}
+    assert sorted(tune.tune.only) == ["speculative", "threads"]
+
+
+def test_advise_with_nothing_left_says_why_and_exits_0(
+    tmp_path: Path, small_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cells = {"llamacpp": ("llamacpp", {"max_num_seqs": 16, "quantization": "q4_0"}, planted.compute_bound_on_a_cpu())}
+    folder = planted.campaign_folder(tmp_path / "spent", small_model, cells)
+    assert main(["advise", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing left to turn" in out and "quantized already (q4_0)" in out and "no campaign written" in out
+    assert not (folder / "advice.yaml").exists()
+    # One level only: no bound diagnosed, and the line says so rather than that nothing was measured.
+    one_level = {"v": ("vllm-cpu", {}, planted.overhead_bound_at_4()[:1])}
+    single = planted.campaign_folder(tmp_path / "single", small_model, one_level)
+    assert "one load level measured" in report_why.advice_markdown(single)

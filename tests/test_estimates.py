@@ -69,7 +69,7 @@ def test_repeats_auto_states_its_range(
 ) -> None:
     monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "empty"))
     spec = yaml.safe_load(DEMO.read_text())
-    spec.update(repeats="auto", min_repeats=2, max_repeats=6)
+    spec.update(repeats="auto", min_repeats=2, max_repeats=6, warm_repeats=False)
     path = tmp_path / "auto.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert main(["campaign", "validate", str(path)]) == 0
@@ -77,3 +77,8 @@ def test_repeats_auto_states_its_range(
     assert "repeats: auto — 2..6 repeats:" in line
     low, high = _minutes(line)[:2]
     assert high == pytest.approx(3 * low, rel=0.15)  # six rounds of every cell against two
+    # On warm starts the four extra rounds start nothing: well under three times as long.
+    path.write_text(yaml.safe_dump({**spec, "warm_repeats": True}))
+    assert main(["campaign", "validate", str(path)]) == 0
+    warm_low, warm_high = _minutes(capsys.readouterr().out.splitlines()[-2])[:2]
+    assert warm_low < low and warm_high < 3 * warm_low * 0.9

@@ -15,7 +15,7 @@ import pytest
 
 import prerequisites
 from bakeoff.campaign.execute import run_campaign
-from browser import open_in_chromium
+from browser import WINDOW, open_in_chromium, screenshot
 
 BACKEND = """\
 name: refvllm-{label}
@@ -47,38 +47,71 @@ workloads:
   - {{kind: concurrency, name: sweep, levels: [1, 4], requests_per_level: 8, min_duration_s: 0, warmup_requests: 1,
       input_len: 16, output_len: 16}}
 slo: {{ttft_ms: 500, tpot_ms: 50}}
-repeats: 1
+repeats: 2
 measure_warm_restart: false
 """
 
 
-def test_report_opens_in_chromium_self_contained_with_every_figure(
-    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> tuple[Path, dict[str, object]]:
+    """A two-server, two-level, two-round campaign against the reference server, rendered and opened once."""
     prerequisites.chromium()
+    tmp_path = tmp_path_factory.mktemp("browser")
     (tmp_path / "backends").mkdir()
     for label, itl in (("fast", "8"), ("slow", "16")):
         # {python}, {port} and {served_model_name} are the launcher's to fill in.
         spec = BACKEND.replace("{label}", label).replace("{itl}", itl)
         (tmp_path / "backends" / f"refvllm-{label}.yaml").write_text(spec)
-    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
-    monkeypatch.setenv("BAKEOFF_HISTORY", str(tmp_path / "history"))  # the archive of this run stays in tmp
-    path = tmp_path / "c.yaml"
-    path.write_text(campaign(tiny_model))
-    report = run_campaign(path, out_dir=tmp_path / "out")
-    series = sorted((tmp_path / "out" / "cells").rglob("telemetry.parquet"))
-    assert len(series) == 4  # two servers x two levels, each with its series
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
+        env.setenv("BAKEOFF_HISTORY", str(tmp_path / "history"))  # the archive of this run stays in tmp
+        path = tmp_path / "c.yaml"
+        path.write_text(campaign(tiny_model))
+        report = run_campaign(path, out_dir=tmp_path / "out")
+    return report, open_in_chromium(report, tmp_path)
 
-    seen = open_in_chromium(report, tmp_path)
+
+def test_report_opens_in_chromium_self_contained_with_every_figure(rendered: tuple[Path, dict[str, object]]) -> None:
+    report, seen = rendered
+    series = sorted((report.parent / "cells").rglob("telemetry.parquet"))
+    assert len(series) == 8  # two servers x two levels x two rounds, each with its series
     assert seen["errors"] == [], seen["errors"]
     assert seen["fetched"] == [], "the report must not reach the network"
-    assert seen["undecoded"] == [] and isinstance(seen["images"], int) and seen["images"] >= 3
+    assert seen["undecoded"] == [] and isinstance(seen["images"], int) and seen["images"] >= 4
     headings = " | ".join(str(h) for h in seen["headings"])  # type: ignore[attr-defined]
-    # The report opens with its verdict (two servers swept: one is drawn); the findings follow.
-    assert "Verdict" in headings and "Findings" in headings
+    # The report opens with its decision, then the evidence: the verdict in full before the findings.
+    assert headings.index("The decision") < headings.index("The evidence") < headings.index("Verdict")
     assert headings.index("Verdict") < headings.index("Findings")
     assert "Pareto front" in headings and "Tuning advice" in headings
     assert "Server telemetry" in report.read_text()
+    # The per-run table is one click away, not a screen of rows; energy, measured nowhere, is one line.
+    html = report.read_text()
+    assert "<details><summary><b>Every run: the headline figures</b> (8 rows)" in html
+    assert html.count("Energy not measured in any run") == 2  # the first screen's note and the energy section's
+
+
+def test_the_first_screen_shows_the_decision_and_its_chart(
+    rendered: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    report, seen = rendered
+    viewport, boxes = seen["viewport"], seen["boxes"]
+    assert isinstance(viewport, dict) and isinstance(boxes, dict)
+    assert viewport["width"] == WINDOW[0], viewport
+    fold = viewport["height"]
+    # The verdict, the headline chart and what to try next all end within the window's first screen.
+    for part in ("bakeoff-answer", "bakeoff-headline-chart", "bakeoff-next"):
+        assert part in boxes, sorted(boxes)
+        assert 0 < boxes[part]["bottom"] <= fold, (part, boxes[part], fold)
+    # Side by side at this width: the chart is no thumbnail, and starts level with the answer.
+    chart, answer = boxes["bakeoff-headline-chart"], boxes["bakeoff-answer"]
+    assert chart["width"] >= 400 and abs(chart["top"] - answer["top"]) < 200, (chart, answer)
+    # The answer names the faster server (half the inter-token gap) as the pick at every load, never the slower.
+    rows = answer["text"]
+    assert "concurrency 1" in rows and "concurrency 4" in rows and "slow wins" not in rows
+    assert rows.count("fast") >= 2, rows
+    assert "Which of fast, slow serves" in boxes["bakeoff-decision"]["text"]
+    png = screenshot(report, tmp_path / "first-screen.png", tmp_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_page_that_links_a_local_file_is_not_self_contained(tmp_path: Path) -> None:

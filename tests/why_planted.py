@@ -91,6 +91,24 @@ def capped_on_a_busy_cpu() -> list[Level]:
     ]
 
 
+def overhead_bound_at_4() -> list[Level]:
+    """The demo's vLLM-CPU: 3.5x the throughput for 4x the load, a lone step well over the bandwidth floor."""
+    top = series(kv_cache_usage=0.01, running=4, waiting=0, cpu_cores=1.0)
+    return [
+        Level(1, 100.0, 60.0, 80.0, 10.0, series(kv_cache_usage=0.0, running=1, waiting=0, cpu_cores=1.0), 2),
+        Level(4, 350.0, 90.0, 120.0, 11.0, top, 2),
+    ]
+
+
+def compute_bound_on_a_cpu() -> list[Level]:
+    """The demo's llama.cpp: both cores busy, 1.2x the throughput for 4x the load, no queue, no KV gauge."""
+    top = series(running=4, waiting=0, cpu_cores=1.95)
+    return [
+        Level(1, 60.0, 40.0, 50.0, 15.0, series(running=1, waiting=0, cpu_cores=1.9), 2),
+        Level(4, 70.0, 150.0, 200.0, 55.0, top, 2),
+    ]
+
+
 def _summary(level: Level) -> RunSummary:
     def stat(p50: float | None, p99: float | None = None) -> Stat:
         return Stat(n=64, mean=p50, p50=p50, p90=p99, p95=p99, p99=p99)

@@ -125,6 +125,8 @@ class Diagnosis:
     evidence: list[str] = field(default_factory=list)
     level: float | None = None  # the load level the evidence is from
     signals: Signals = field(default_factory=Signals)  # the series at that level
+    lowest: float | None = None  # the lightest load level measured (where latency knobs are judged)
+    cpus: int | None = None  # cores of the machine the engine ran on, as its runs recorded
 
     def markdown(self) -> str:
         cited = "; ".join(self.evidence)
@@ -275,6 +277,14 @@ def classify(server: str, workload: str, levels: Sequence[Level], efficiency: fl
         return Diagnosis(server, workload, "unknown", _HEADLINES["unknown"])
     # Figures from each level's mean over its repeats (the numbers Findings and the verdict show).
     means = _level_means(ordered)
+    found = _classify(server, workload, ordered, means, efficiency)
+    found.lowest, found.cpus = means[0].concurrency, next((lv.cpus for lv in ordered if lv.cpus), None)
+    return found
+
+
+def _classify(
+    server: str, workload: str, ordered: Sequence[Level], means: Sequence[Level], efficiency: float | None
+) -> Diagnosis:
     low, high = means[0], means[-1]
     # The busiest level with memory evidence (any repeat's): preemptions may show before the top level.
     for level in reversed(ordered):

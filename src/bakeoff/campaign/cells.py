@@ -251,11 +251,23 @@ def prepare(
         context_limit=min((n for n in limits if n is not None), default=None),
     )
     tokenizer_file = source.tokenizer_dir() / "tokenizer.json"
+    # Warm repeats: round r's own requests (seed + r - 1), the same for every server in it; a
+    # warm server has already seen round 1's.
+    rounds = range(1, spec.planned_repeats + 1) if spec.warm_repeats else range(1, 2)
     for wl in spec.workloads:
-        folder = out_dir / "plans" / wl.label
-        # Plans are made once and replayed on re-runs, unless the workload or what it was planned from changed.
-        inputs = plan_inputs(wl, tokenizer_file, builder.context_limit)
-        if not plans_match(folder, wl.model_dump(mode="json"), inputs):
-            shutil.rmtree(folder, ignore_errors=True)
-            save_plans(builder.build(wl), folder, inputs)
+        for r in rounds:
+            planned = wl if r == 1 else wl.model_copy(update={"seed": wl.seed + r - 1})
+            folder = plans_dir(out_dir, wl.label, r, warm=spec.warm_repeats)
+            # Plans are made once and replayed on re-runs, unless the workload or what it was planned from changed.
+            inputs = plan_inputs(planned, tokenizer_file, builder.context_limit)
+            if not plans_match(folder, planned.model_dump(mode="json"), inputs):
+                shutil.rmtree(folder, ignore_errors=True)
+                save_plans(builder.build(planned), folder, inputs)
     return spec, cells
+
+
+def plans_dir(campaign_dir: Path, workload: str, repeat: int = 1, *, warm: bool = False) -> Path:
+    """Where a cell's request plans are: the workload's, or with warm repeats its round's (round 1: the same)."""
+    if warm and repeat > 1:
+        return campaign_dir / "plans-by-round" / f"r{repeat}" / workload
+    return campaign_dir / "plans" / workload

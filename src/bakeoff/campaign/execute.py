@@ -22,7 +22,7 @@ import yaml
 
 from bakeoff.analysis import saturation, verdict
 from bakeoff.campaign import quality, resume
-from bakeoff.campaign.cells import Cell, expand, prepare
+from bakeoff.campaign.cells import Cell, expand, plans_dir, prepare
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
@@ -32,6 +32,7 @@ from bakeoff.campaign.rehearsal import stand_in_for
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
 from bakeoff.campaign.smoke import run_smoke
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.campaign.warm import WarmServers
 from bakeoff.errors import LaunchError, ServerDiedError, SmokeFailedError, SpecError
 from bakeoff.history.archive import archive_after_run, history_root
 from bakeoff.history.calibration import calibrate
@@ -95,10 +96,10 @@ def start_server(
     return launchers.start_server(ctx, rehearse=cell.rehearse)
 
 
-def cell_fingerprint(cell: Cell, campaign_dir: Path) -> dict[str, Any]:
+def cell_fingerprint(cell: Cell, campaign_dir: Path, *, warm: bool = False) -> dict[str, Any]:
     """What a finished cell's measurement depends on (:func:`bakeoff.campaign.resume.fingerprint`)."""
     return resume.fingerprint(
-        campaign_dir / "plans" / cell.workload.label,
+        plans_dir(campaign_dir, cell.workload.label, cell.repeat, warm=warm),
         cell.server.model_dump(mode="json"),
         cell.backend.model_dump(mode="json"),
         versions(cell.backend),
@@ -106,12 +107,20 @@ def cell_fingerprint(cell: Cell, campaign_dir: Path) -> dict[str, Any]:
 
 
 def run_cell(
-    campaign_dir: Path, server_label: str, workload_name: str, repeat: int = 1, *, check_quality: bool = True
+    campaign_dir: Path,
+    server_label: str,
+    workload_name: str,
+    repeat: int = 1,
+    *,
+    check_quality: bool = True,
+    warm: WarmServers | None = None,
 ) -> dict[str, Any]:
     """Launch one server, run one workload's plans, save runs and the cell's effort record.
 
     ``repeat``: which repeat of the pair to measure (its own cell folder; see :func:`order_repeats`).
     ``check_quality``: false skips the campaign's quality set (a tune's probe runs and repeats).
+    ``warm``: the campaign's warm servers (``warm_repeats``): the server is started there the first
+    time and kept up for the later rounds, instead of started and stopped here.
     """
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
     source = resolve_model(spec.model)
@@ -119,7 +128,7 @@ def run_cell(
     if cell.rehearse:  # the stand-in answers the quality set, and knows the checkpoint it stands in for
         cell = dataclasses.replace(cell, stand_in=stand_in_for(spec, campaign_dir, cell.server))
     cell_dir = campaign_dir / "cells" / cell.cell_id
-    plans = load_plans(campaign_dir / "plans" / workload_name)
+    plans = load_plans(plans_dir(campaign_dir, workload_name, repeat, warm=spec.warm_repeats))
     tokenizer = load_tokenizer(source.tokenizer_dir())
     restarts: list[dict[str, Any]] = []  # restarts that emptied the prefix cache (cache_reset: restart)
     effort: dict[str, Any] = {"failed_start_attempts": [], "cache_restarts": restarts}
@@ -130,6 +139,9 @@ def run_cell(
     def start() -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
         return start_server(cell, source, spec.model.served_name, cell_dir)
 
+    if warm is not None:
+        start = warm.starter(cell, start)
+
     try:
         for attempt in range(1, spec.start_attempts + 1):
             try:
@@ -137,6 +149,8 @@ def run_cell(
                     _measure_cell(
                         spec, cell, plans, tokenizer.count, server, cell_dir, effort, info, summaries, check_quality
                     )
+                    if warm is not None:
+                        warm.record(cell, effort)
                 break
             except LaunchError as exc:
                 # Failed starts (a restart's too) are part of the engineering effort: record each, then retry.
@@ -145,7 +159,7 @@ def run_cell(
                     raise
         _restart_effort(spec, cell, source, cell_dir, effort, restarts)
         info["status"] = "ok"
-        info["fingerprint"] = cell_fingerprint(cell, campaign_dir)
+        info["fingerprint"] = cell_fingerprint(cell, campaign_dir, warm=spec.warm_repeats)
         info["finished_at"] = resume.now_iso()
     except (LaunchError, ServerDiedError) as exc:
         info["status"] = "failed"
@@ -228,6 +242,8 @@ def _restart_effort(
 ) -> None:
     """The time cache restarts cost, and the warm restart where the campaign asks for it."""
     effort["cache_restart_s"] = sum(r["stop_s"] + r["start_s"] for r in restarts)
+    if spec.warm_repeats:
+        return  # one start per server: its cold start, on round 1's cell, is the only one
     if spec.measure_warm_restart and cell.repeat > 1:
         # A later repeat's start found the caches a first start filled: it is the warm restart.
         effort["warm_restart_s"] = effort.get("cold_start_s")
@@ -478,7 +494,8 @@ def run_campaign(
     failures: list[str] = []
     tag = REHEARSAL_TAG if rehearse else ""
     measured = calibrate(history_root())  # the history's start-up and decode figures, where it has them
-    progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart, measured) for c in cells], tag=tag)
+    estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
+    progress = CampaignProgress(estimates, tag=tag)
     with kernel_environment():
         try:
             _run_cells(cells, out, failures, progress, spec)
@@ -558,7 +575,8 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) ->
         salvage_runs(out / "cells", resolve_slo(spec.slo))
         tag = REHEARSAL_TAG if rehearse else ""
         measured = calibrate(history_root())
-        progress = CampaignProgress([cell_estimate(c, spec.measure_warm_restart, measured) for c in cells], tag=tag)
+        estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
+        progress = CampaignProgress(estimates, tag=tag)
         _run_cells(cells, out, failures, progress, spec)
         print(progress.summary(), flush=True)
         done = [c for c in load_cells(out) if c.label == server.label]
@@ -625,22 +643,38 @@ def _run_cells(
 ) -> None:
     (out / AUTO_REPEATS).unlink(missing_ok=True)
     stopped: int | None = None
-    for index, cell in enumerate(cells):
-        if stopped is not None:
-            progress.skip(index, cell.cell_id, f"repeats: auto stopped after round {stopped}")
-            continue
-        _run_one(cells, index, out, failures, progress)
-        if round_ends(cells, index) and auto_stop(out, spec, cell.repeat):
-            stopped = cell.repeat
+    with contextlib.ExitStack() as stack:
+        # warm_repeats: every server started once, here, and stopped when the campaign ends or is interrupted.
+        warm = stack.enter_context(WarmServers()) if spec.warm_repeats else None
+        for index, cell in enumerate(cells):
+            if stopped is not None:
+                progress.skip(index, cell.cell_id, f"repeats: auto stopped after round {stopped}")
+                continue
+            _run_one(cells, index, out, failures, progress, warm)
+            if warm is not None and _last_of_server(cells, index):
+                warm.stop(cell.server.label)  # no later round needs it: free its memory and cores
+            if round_ends(cells, index) and auto_stop(out, spec, cell.repeat):
+                stopped = cell.repeat
 
 
-def _run_one(cells: list[Cell], index: int, out: Path, failures: list[str], progress: CampaignProgress) -> None:
+def _last_of_server(cells: list[Cell], index: int) -> bool:
+    return all(c.server.label != cells[index].server.label for c in cells[index + 1 :])
+
+
+def _run_one(
+    cells: list[Cell],
+    index: int,
+    out: Path,
+    failures: list[str],
+    progress: CampaignProgress,
+    warm: WarmServers | None = None,
+) -> None:
     import papermill  # deferred: the report extra; validating a campaign needs neither
     from nbclient.exceptions import DeadKernelError
 
     cell = cells[index]
     cell_dir = out / "cells" / cell.cell_id
-    state = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
+    state = resume.cell_state(cell_dir, cell_fingerprint(cell, out, warm=warm is not None))
     line = ""
     if state.state == "complete":
         progress.skip(index, cell.cell_id, state.reason)
@@ -651,6 +685,18 @@ def _run_one(cells: list[Cell], index: int, out: Path, failures: list[str], prog
         line += f": {state.reason}; measuring it again{where}"
     cell_dir.mkdir(parents=True, exist_ok=True)
     progress.start(index, cell.cell_id, line)
+    if warm is not None:
+        # The warm server lives in this process, so the cell is measured here, not in a notebook kernel
+        # (bench.ipynb opened later shows its runs as for any cell).
+        try:
+            run_cell(out, cell.server.label, cell.workload.label, cell.repeat, warm=warm)
+        except (LaunchError, ServerDiedError) as exc:
+            failures.append(cell.cell_id)
+            progress.end(cell.cell_id, False, f"{type(exc).__name__}: {str(exc)[:300]}")
+            warm.stop(cell.server.label)  # a later round starts it afresh, said in its effort
+        else:
+            progress.end(cell.cell_id, True, cell_result(cell_dir))
+        return
     try:
         kernelrun.execute(
             notebook("bench.ipynb"),

@@ -44,8 +44,11 @@ def estimate_cell(
     restart: bool,
     token_s: float | None = None,
     start_s: float | None = None,
+    starts: bool = True,
 ) -> CellEstimate:
     """Requests a cell sends and roughly how long it takes, server start(s) included.
+
+    ``starts``: false for a cell that measures on a server an earlier round started (warm repeats).
 
     ``token_s`` / ``start_s``: measured figures (:class:`bakeoff.history.calibration.Calibration`)
     in place of the assumed ones; a rehearsal's or an external server's start is never calibrated.
@@ -54,8 +57,8 @@ def estimate_cell(
     token_s = token_s if token_s is not None else TOKEN_S.get(accelerator, TOKEN_S["gpu"])
     start = start_s if start_s is not None and kind in ("process", "container") else None
     one_start = start if start is not None else START_S.get(kind, START_S["process"])
-    starts = one_start * (2 if restart and kind != "external" else 1)
-    return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + starts)
+    started = one_start * (2 if restart and kind != "external" else 1) if starts else 0.0
+    return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + started)
 
 
 def duration(seconds: float) -> str:
@@ -165,24 +168,30 @@ class CampaignProgress:
         return f"{self.tag} " if self.tag else ""
 
 
-def campaign_estimate(cells: list[Any], restart: bool, calibration: Calibration | None = None) -> tuple[int, float]:
+def campaign_estimate(
+    cells: list[Any], restart: bool, calibration: Calibration | None = None, *, warm: bool = False
+) -> tuple[int, float]:
     """Total requests and seconds of a campaign's cells (``campaign_cells.Cell`` objects)."""
-    estimates = [cell_estimate(c, restart, calibration) for c in cells]
+    estimates = [cell_estimate(c, restart, calibration, warm=warm) for c in cells]
     return sum(e.requests for e in estimates), sum(e.seconds for e in estimates)
 
 
-def cell_estimate(cell: Any, restart: bool, calibration: Calibration | None = None) -> CellEstimate:
+def cell_estimate(
+    cell: Any, restart: bool, calibration: Calibration | None = None, *, warm: bool = False
+) -> CellEstimate:
     """One ``campaign_cells.Cell``'s estimate, its start-up time that of the launcher it gets.
 
     ``calibration``: the history's measured figures for the cell's backend, where it has them
-    (never for a rehearsal: the stand-in's pace is not the framework's).
+    (never for a rehearsal: the stand-in's pace is not the framework's). ``warm``: the campaign's
+    warm_repeats, where only round 1 starts a server and no restart is timed.
     """
     kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
     name = cell.backend.name
     measured = calibration if calibration is not None and not cell.rehearse else None
     token_s = measured.token_s.get(name) if measured is not None else None
     start_s = measured.start_s.get(name) if measured is not None else None
-    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart, token_s, start_s)
+    starts = not warm or cell.repeat == 1
+    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart and not warm, token_s, start_s, starts)
 
 
 def estimate_basis(cells: list[Any], calibration: Calibration | None) -> tuple[Calibration | None, str]:
@@ -197,7 +206,12 @@ def estimate_basis(cells: list[Any], calibration: Calibration | None) -> tuple[C
 
 
 def estimate_text(
-    cells: list[Any], restart: bool, auto: tuple[int, int] | None, calibration: Calibration | None
+    cells: list[Any],
+    restart: bool,
+    auto: tuple[int, int] | None,
+    calibration: Calibration | None,
+    *,
+    warm: bool = False,
 ) -> str:
     """What ``campaign validate`` prints per campaign: requests and duration (the basis is said once,
     by :func:`estimate_basis`).
@@ -206,12 +220,12 @@ def estimate_text(
     ``cells`` are planned for max_repeats; the campaign stops between the two.
     """
     used, _ = estimate_basis(cells, calibration)
-    requests, seconds = campaign_estimate(cells, restart, used)
+    requests, seconds = campaign_estimate(cells, restart, used, warm=warm)
     if auto is None:
         return f"{plural(requests, 'request')}; roughly {duration(seconds)} to run"
     low, high = auto
     first = [c for c in cells if c.repeat <= low]
-    low_requests, low_seconds = campaign_estimate(first, restart, used)
+    low_requests, low_seconds = campaign_estimate(first, restart, used, warm=warm)
     return (
         f"repeats: auto — {low}..{high} repeats: {low_requests}..{requests} requests, roughly "
         f"{duration(low_seconds)}..{duration(seconds)} to run"

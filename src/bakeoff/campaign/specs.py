@@ -40,6 +40,10 @@ class RayPolicy(Strict):
     )
 
 
+# Workload kinds whose every run sends prompts no earlier run sent: what a warm server may measure.
+WARM_KINDS = ("concurrency", "open_loop")
+
+
 class CampaignSpec(Strict):
     """Servers x workloads, plus what the report needs to judge them."""
 
@@ -71,6 +75,12 @@ class CampaignSpec(Strict):
         default=True,
         description="run repeat 1 of every cell, then repeat 2, ... so drift (heat, a filling disk cache) "
         "favours no server; false: each cell's repeats back to back. Every repeat starts its server afresh",
+    )
+    warm_repeats: bool = Field(
+        default=False,
+        description="start each server once and keep it up across the rounds: every round measures every server "
+        "on its warm start, in the same interleaved order, round r sending its own fresh requests (the same to "
+        "every server); the cold start is measured once. Sweeps of fresh prompts only (bakeoff.campaign.warm)",
     )
     stop_at_saturation: bool = Field(
         default=True,
@@ -137,6 +147,24 @@ class CampaignSpec(Strict):
             raise ValueError(f"max_repeats ({self.max_repeats}) must be at least min_repeats ({self.min_repeats})")
         if not self.interleave:
             raise ValueError("repeats: auto tests after each round of every server; it needs interleave: true")
+        return self
+
+    @model_validator(mode="after")
+    def _warm_repeats(self) -> CampaignSpec:
+        if not self.warm_repeats:
+            return self
+        if not self.interleave:
+            raise ValueError("warm_repeats keeps every server up through interleaved rounds; it needs interleave: true")
+        for i, wl in enumerate(self.workloads):
+            # A restart is the only cache reset some servers have (llama.cpp): a warm server cannot
+            # give a run that replays prompts, or measures prefix reuse, the empty cache it needs.
+            replays = isinstance(wl, OpenLoop) and wl.slo_search
+            if wl.kind not in WARM_KINDS or replays:
+                what = "an SLO search replays one rate's prompts" if replays else f"kind {wl.kind} reuses prompts"
+                raise ValueError(
+                    f"workloads[{i}] ({wl.label}): warm_repeats cannot keep its server warm ({what}, which needs an "
+                    f"empty prefix cache per run); use kinds {', '.join(WARM_KINDS)} or set warm_repeats: false"
+                )
         return self
 
     @property

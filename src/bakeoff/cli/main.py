@@ -335,7 +335,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             for warning in unset_warnings(spec):
                 print(f"  {warning}", file=sys.stderr)
             auto = (spec.min_repeats, spec.planned_repeats) if spec.repeats == "auto" else None
-            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured)}")
+            print(f"  {estimate_text(cells, spec.measure_warm_restart, auto, measured, warm=spec.warm_repeats)}")
             every_cell.extend(cells)
         # Said once, not under every campaign of `validate campaigns/*.yaml`.
         print(f"(the durations are rough: {estimate_basis(every_cell, measured)[1]})")
@@ -422,9 +422,14 @@ def cmd_advise(args: argparse.Namespace) -> int:
     folder = args.campaign_dir
     if not (folder / CAMPAIGN_COPY).is_file():
         raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
-    steps = advise(folder)
-    for step in steps:
-        print(f"- {step.markdown()}")
+    advice = advise(folder)
+    for line in advice.markdown():
+        print(f"- {line}")
+    steps = advice.steps
+    if not steps:
+        # Nothing to test is an answer, not a failure: each line above says why.
+        print("no campaign written: no server has a knob left to turn")
+        return 0
     if args.tune:
         from bakeoff.campaign.specs import load_campaign
         from bakeoff.campaign.tune import resolve_groups

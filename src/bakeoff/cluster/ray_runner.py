@@ -80,6 +80,9 @@ def import_ray() -> ModuleType:
 
 def check_ray_fields(spec: CampaignSpec, cells: list[Cell]) -> None:
     """``gpu_type`` only where a GPU server will run; named by field, before anything starts."""
+    if spec.warm_repeats:
+        # Each Ray task starts and stops its own server: none could stay warm for the next round.
+        raise SpecError("warm_repeats: a Ray task per cell cannot keep a server up between rounds; run without --ray")
     for i, server in enumerate(spec.servers):
         backend = next((c.backend for c in cells if c.server.label == server.label), None)
         if server.gpu_type and backend is not None and backend.accelerator != "gpu":

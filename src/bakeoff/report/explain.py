@@ -156,9 +156,8 @@ def pareto_figures(
 
 def advice_markdown(campaign_dir: Path) -> str:
     """The tuning advisor's next step, as the report shows it (nothing is written)."""
-    steps = advise(campaign_dir)
-    if not steps:
-        return "No advice: nothing measured to advise on (rehearsals and single levels give no diagnosis)."
-    return "\n".join(f"- {step.markdown()}" for step in steps) + (
-        "\n\n`bakeoff advise " + str(campaign_dir) + "` writes the campaign that tests it."
-    )
+    advice = advise(campaign_dir)
+    text = "\n".join(f"- {line}" for line in advice.markdown())
+    if advice.steps:
+        text += "\n\n`bakeoff advise " + str(campaign_dir) + "` writes the campaign that tests it."
+    return text

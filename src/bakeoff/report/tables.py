@@ -810,3 +810,22 @@ def energy_table(campaign_dir: Path) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def energy_unmeasured(campaign_dir: Path) -> str | None:
+    """One line where no run of the campaign measured energy (why, once); None where any run did."""
+    reasons = set()
+    for row in energy_table(campaign_dir).to_dict("records"):
+        text = str(row["energy"])
+        if not text.startswith("not measured: "):
+            return None
+        reasons.add(text.removeprefix("not measured: "))
+    return f"Energy not measured in any run: {'; '.join(sorted(reasons))}." if reasons else None
+
+
+def folded(title: str, table: pd.DataFrame) -> str:
+    """A per-run table folded under a details element: evidence one click away, not on the first screens."""
+    import html
+
+    body = styled(table).to_html()
+    return f"<details><summary><b>{html.escape(title)}</b> ({len(table)} rows)</summary>{body}</details>"

@@ -272,6 +272,8 @@ class Effort(Block):
 
     cold_start_s: float | None = None
     warm_restart_s: float | None = None
+    # warm_repeats: the cell whose start this cell measured on (None: a start of its own).
+    warm_start_of: str | None = None
     image_build_s: float | None = None
     engine_build_s: float | None = None
     # What engine_build_s timed: "trtllm-build" (the engine flow), "GGUF conversion" (llama.cpp).
