@@ -169,7 +169,7 @@ def test_image_tag_selects_the_previous_vllm_and_records_its_version(tmp_path: P
     ]
     cells = {c.server.label: c for c in expand(load_campaign(_campaign(tmp_path, servers)), None)}
     old = cells["old"].backend
-    assert old.container is not None and old.container.image == "vllm/vllm-openai:v0.31.0-cu129"
+    assert old.container is not None and old.container.image == "docker.io/vllm/vllm-openai:v0.31.0-cu129"
     assert framework_version(old, {}) == "0.31.0" and framework_version(cells["new"].backend, {}) == "0.33.0"
     with pytest.raises(KnobError, match=r"vllm 0\.31\.0 cannot take 'bitsandbytes'"):
         render_launch(old, {"quantization": "bitsandbytes"}, model="/m", served_model_name="m", port=1)

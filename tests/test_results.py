@@ -124,10 +124,12 @@ def test_v1_campaign_blocks_keep_their_values() -> None:
     assert summary.cache_reset is not None and summary.cache_reset.model_dump() == old["cache_reset"]
     # Fields new since (slo.ttfa_ms, the energy cost) are unset in an old file.
     assert summary.slo is not None and summary.slo.model_dump(exclude_unset=True) == old["slo"]
-    # Fields added since (what the build step timed, a cached engine, the PyTorch flow's build) read as unknown.
+    # Fields added since (what the build step timed, a cached engine, the PyTorch flow's build, which warm
+    # start a run measured on) read as unknown.
     assert summary.effort is not None and summary.effort.model_dump() == {
         **old["effort"],
         "cache_restarts": [],
+        "warm_start_of": None,
         "engine_build_step": None,
         "engine_build_cached": None,
         "pytorch_build": None,
