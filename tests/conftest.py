@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 # suite_timing: `--suite-times DIR`, where each phase of `make test` spent its time (benchmarks/suite_time.py);
 # scheduling: which tests share a pytest-xdist worker, longest first.
 pytest_plugins = ["suite_timing", "scheduling"]
+
+# A shell without job control starts a background job with SIGINT ignored, and Python then leaves it
+# ignored (and an ignored signal stays ignored across exec): `make test &` would make every Ctrl-C
+# test see a run that cannot be interrupted. The Ctrl-C tests are about bakeoff's handling, so the
+# suite restores Python's own handler, which its children then start with as the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _generated(preset: str) -> Path:
