@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bakeoff.results.store import CELL_INFO, SUMMARY, read_json, read_summary
 from bakeoff.results.summary import RunSummary
 
@@ -63,6 +65,17 @@ def is_rehearsal(campaign_dir: Path) -> bool:
 def rehearsal_marker(campaign_dir: Path) -> dict[str, Any] | None:
     path = campaign_dir / REHEARSAL_MARKER
     return read_json(path) if path.is_file() else None
+
+
+def read_campaign_copy(folder: Path) -> dict[str, Any]:
+    """The campaign as run (``campaign.yaml`` in a campaign folder or archive), as its raw mapping.
+
+    The one place a campaign folder's copy is read outside the spec loader: report, analysis and
+    history sit below the campaign stage and cannot import :class:`CampaignSpec`, so they read the
+    file here and name the keys they use. An empty or non-mapping file reads as ``{}``.
+    """
+    raw = yaml.safe_load((folder / CAMPAIGN_COPY).read_text())
+    return raw if isinstance(raw, dict) else {}
 
 
 @dataclass(frozen=True)
