@@ -46,6 +46,7 @@ from bakeoff.notebook.htmlexport import export_html
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.paths import notebook, notebook_kernel, reports_dir
+from bakeoff.results.cell_record import write_cell_record
 from bakeoff.results.layout import (
     AUTO_REPEATS,
     CAMPAIGN_COPY,
@@ -134,7 +135,7 @@ def run_cell(
     effort: dict[str, Any] = {"failed_start_attempts": [], "cache_restarts": restarts}
     summaries: dict[str, Any] = {}
     info = _started_info(cell, cell_dir)
-    write_json(cell_dir / CELL_INFO, info)
+    write_cell_record(cell_dir / CELL_INFO, info)
 
     def start() -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
         return start_server(cell, source, spec.model.served_name, cell_dir)
@@ -172,7 +173,7 @@ def run_cell(
         raise
     finally:
         info["effort"] = effort
-        write_json(cell_dir / CELL_INFO, info)
+        write_cell_record(cell_dir / CELL_INFO, info)
         _attach(cell_dir, effort, cell.server.cost_per_hour_usd, spec.energy_usd_per_kwh)
     return summaries
 
