@@ -51,7 +51,7 @@ def image(name: str) -> None:
 
 def wheel(spec: str) -> Path:
     """A framework wheel scripts/fetch-wheels.sh caches (``make wheels``)."""
-    from bakeoff.serving.audit import resolve_wheel
+    from bakeoff.conformance.audit import resolve_wheel
 
     try:
         return resolve_wheel(spec)

@@ -1,4 +1,4 @@
-"""Tests of bakeoff.serving.wheel_scan and bakeoff.serving.audit (``bakeoff backends audit``).
+"""Tests of bakeoff.conformance.wheel_scan and bakeoff.conformance.audit (``bakeoff backends audit``).
 
 The AST reader is tested on tiny wheels built here (argparse calls, a config dataclass with
 ``Field`` defaults and a ``Literal`` alias, metric constructors, routes), so nothing large is
@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 import prerequisites
+from bakeoff.conformance import audit as audit_mod
+from bakeoff.conformance.audit import audit, audit_backend, defaults_table, diff_wheels, load_index, resolve_wheel
+from bakeoff.conformance.wheel_scan import scan_wheel
 from bakeoff.errors import SpecError
-from bakeoff.serving import audit as audit_mod
-from bakeoff.serving.audit import audit, audit_backend, defaults_table, diff_wheels, load_index, resolve_wheel
 from bakeoff.serving.backends import BackendSpec, load_backend
-from bakeoff.serving.wheel_scan import scan_wheel
 
 DEFAULTS = Path(__file__).parent / "data" / "framework_defaults.yaml"
 

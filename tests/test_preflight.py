@@ -1,4 +1,4 @@
-"""Tests of bakeoff.serving.preflight and bakeoff.campaign.preflight (``bakeoff campaign preflight``).
+"""Tests of bakeoff.conformance.preflight and bakeoff.campaign.preflight_cells (``bakeoff campaign preflight``).
 
 The command shapes and the rehearsal stand-in are checked without an engine; the real
 pre-flight parses the vLLM-CPU launch inside its locally built image (``container``) and
@@ -15,13 +15,13 @@ import yaml
 
 import prerequisites
 from bakeoff.campaign.cells import expand
-from bakeoff.campaign.preflight import preflight_campaign, preflight_cells, refuse_on_failure
+from bakeoff.campaign.preflight_cells import preflight_campaign, preflight_cells, refuse_on_failure
 from bakeoff.campaign.specs import load_campaign
+from bakeoff.conformance.preflight import PreflightResult, framework_message, parser_args, preflight_command
 from bakeoff.errors import SpecError
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.launch_render import render_launch
-from bakeoff.serving.preflight import PreflightResult, framework_message, parser_args, preflight_command
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "localhost/bakeoff/vllm-cpu:0.32.0"

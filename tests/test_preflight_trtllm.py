@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign.preflight import refuse_on_failure
+from bakeoff.campaign.preflight_cells import refuse_on_failure
+from bakeoff.conformance.preflight import preflight_command, run_preflight
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.launch_render import render_launch
-from bakeoff.serving.preflight import preflight_command, run_preflight
 
 SERVE = """
 import click

@@ -49,7 +49,7 @@ import yaml
 from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
 from bakeoff.analysis.roofline import efficiencies
 from bakeoff.errors import BakeoffError, SpecError
-from bakeoff.results.layout import CellResult, load_cells
+from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, read_json
 from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.serving.cpu_checks import host_cpu_flags, refusal
@@ -450,7 +450,7 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
     """A campaign running each advised server as measured and as proposed, on the workloads concerned."""
     if not steps:
         raise SpecError(f"{campaign_dir}: no advice to test (no measured diagnosis with a knob left to turn)")
-    raw: dict[str, Any] = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    raw = read_campaign_copy(campaign_dir)
     servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
     servers: list[dict[str, Any]] = []
     for step in steps:
@@ -526,7 +526,7 @@ def write_tune_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Pat
     """The advice handed to ``bakeoff tune``: the advised servers as measured, searching the advised knobs."""
     if not steps:
         raise SpecError(f"{campaign_dir}: no advice to tune from (no measured diagnosis with a knob left to turn)")
-    raw: dict[str, Any] = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    raw = read_campaign_copy(campaign_dir)
     servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
     first = steps[0]
     # One workload and one search space for every server searched: a step whose value another

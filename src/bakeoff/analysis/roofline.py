@@ -40,11 +40,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 
 from bakeoff.errors import SpecError
 from bakeoff.paths import models_dir, user_cache_dir
-from bakeoff.results.layout import CellResult, load_cells
+from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, atomic_write_bytes, read_json_or_empty
 from bakeoff.serving.gpus import gpu_names as nvml_names
 
@@ -225,8 +224,7 @@ def model_shape(folder: Path) -> ModelShape | None:
 
 
 def _campaign_raw(campaign_dir: Path) -> dict[str, Any]:
-    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
-    return raw if isinstance(raw, dict) else {}
+    return read_campaign_copy(campaign_dir)
 
 
 def _model_folder(campaign: dict[str, Any], cell: CellResult) -> Path | None:

@@ -30,14 +30,12 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from bakeoff.analysis.best import Family, family, level_text
 from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, look_alpha, planned_looks
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
-from bakeoff.results.layout import AUTO_REPEATS, load_cells
+from bakeoff.results.layout import AUTO_REPEATS, load_cells, read_campaign_copy
 from bakeoff.results.metric_table import BY_KEY, needed_samples
 from bakeoff.results.store import read_json_or_empty
 from bakeoff.results.summary import STAT_LABELS, RunSummary, StatName
@@ -163,8 +161,7 @@ class Design:
 
 
 def _raw(campaign_dir: Path) -> dict[str, object]:
-    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
-    return raw if isinstance(raw, dict) else {}
+    return read_campaign_copy(campaign_dir)
 
 
 def campaign_slo(campaign_dir: Path) -> Slo:

@@ -26,13 +26,14 @@ from bakeoff.campaign.cells import Cell, expand, plans_dir, prepare
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
-from bakeoff.campaign.preflight import preflight_cells, refuse_on_failure
+from bakeoff.campaign.preflight_cells import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.rehearsal import stand_in_for
 from bakeoff.campaign.runner import RunTarget, execute_plan, salvage_runs
 from bakeoff.campaign.smoke import run_smoke
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.campaign.warm import WarmServers
+from bakeoff.conformance.preflight import PreflightResult
 from bakeoff.errors import LaunchError, ServerDiedError, SmokeFailedError, SpecError
 from bakeoff.history.archive import archive_after_run, history_root
 from bakeoff.history.calibration import calibrate
@@ -45,6 +46,7 @@ from bakeoff.notebook.htmlexport import export_html
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.paths import notebook, notebook_kernel, reports_dir
+from bakeoff.results.cell_record import write_cell_record
 from bakeoff.results.layout import (
     AUTO_REPEATS,
     CAMPAIGN_COPY,
@@ -73,7 +75,6 @@ from bakeoff.serving.death_watch import watch_for
 from bakeoff.serving.knobs import effective_dtypes
 from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
-from bakeoff.serving.preflight import PreflightResult
 from bakeoff.serving.process import ServerHandle, reap_leftovers
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.trtllm_log import read_pytorch_build
@@ -134,7 +135,7 @@ def run_cell(
     effort: dict[str, Any] = {"failed_start_attempts": [], "cache_restarts": restarts}
     summaries: dict[str, Any] = {}
     info = _started_info(cell, cell_dir)
-    write_json(cell_dir / CELL_INFO, info)
+    write_cell_record(cell_dir / CELL_INFO, info)
 
     def start() -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
         return start_server(cell, source, spec.model.served_name, cell_dir)
@@ -172,7 +173,7 @@ def run_cell(
         raise
     finally:
         info["effort"] = effort
-        write_json(cell_dir / CELL_INFO, info)
+        write_cell_record(cell_dir / CELL_INFO, info)
         _attach(cell_dir, effort, cell.server.cost_per_hour_usd, spec.energy_usd_per_kwh)
     return summaries
 

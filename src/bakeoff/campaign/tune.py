@@ -89,7 +89,14 @@ from bakeoff.measure.slo import Slo, resolve_slo, slo_miss
 from bakeoff.models.model_source import resolve_model
 from bakeoff.paths import reports_dir
 from bakeoff.report import tune_report
-from bakeoff.results.layout import CAMPAIGN_COPY, QUALITY_FILE, REHEARSAL_TAG, cell_folder_name, is_rehearsal
+from bakeoff.results.layout import (
+    CAMPAIGN_COPY,
+    QUALITY_FILE,
+    REHEARSAL_TAG,
+    cell_folder_name,
+    is_rehearsal,
+    read_campaign_copy,
+)
 from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.store import SUMMARY, atomic_write_bytes, read_summary, write_json
 from bakeoff.results.summary import RunSummary
@@ -281,7 +288,7 @@ def _add_server(out: Path, server: dict[str, Any]) -> None:
     trial the campaign cannot run is refused here, and never written where every later cell
     of the tune would trip over it.
     """
-    raw = yaml.safe_load((out / CAMPAIGN_COPY).read_text())
+    raw = read_campaign_copy(out)
     if any(s.get("label") == server["label"] for s in raw["servers"]):
         return
     raw["servers"].append(server)
@@ -677,7 +684,7 @@ def tune_campaign(
     out.mkdir(parents=True, exist_ok=True)
     source = out / SOURCE_FILE
     atomic_write_bytes(source, yaml.safe_dump(_source_campaign(spec, full, probe, tune), sort_keys=False).encode())
-    trials = yaml.safe_load((out / CAMPAIGN_COPY).read_text())["servers"] if (out / CAMPAIGN_COPY).is_file() else []
+    trials = read_campaign_copy(out)["servers"] if (out / CAMPAIGN_COPY).is_file() else []
     # The source is already scaled down: prepared as written (a rehearsal's own scaling would set one
     # repeat), then marked, so every cell starts the stand-ins and every summary says rehearsal.
     prepare(source, out)

@@ -20,7 +20,7 @@ from bakeoff.campaign.cells import validate_campaign
 from bakeoff.campaign.doctor_run import run_doctor
 from bakeoff.campaign.execute import render_report, run_campaign
 from bakeoff.campaign.gpu_host import unset_warnings
-from bakeoff.campaign.preflight import preflight_campaign
+from bakeoff.campaign.preflight_cells import preflight_campaign
 from bakeoff.campaign.progress import estimate_basis, estimate_text
 from bakeoff.campaign.rehearsal import gpu_host_text
 from bakeoff.campaign.resume import failed_cells
@@ -29,6 +29,7 @@ from bakeoff.cli import history_cmd, trace_cmd, tune_cmd
 from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
 from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
 from bakeoff.cluster.ray_runner import run_campaign_ray
+from bakeoff.conformance.audit import audit
 from bakeoff.console import plural
 from bakeoff.doctor.host import read_live, read_recorded
 from bakeoff.doctor.problems import errors
@@ -41,7 +42,6 @@ from bakeoff.paths import campaign_file, models_dir
 from bakeoff.results.layout import CAMPAIGN_COPY
 from bakeoff.results.store import SUMMARY
 from bakeoff.serving import backends
-from bakeoff.serving.audit import audit
 from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.knobs import parse_knob_args
 from bakeoff.serving.show_launch import describe_launch

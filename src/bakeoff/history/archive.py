@@ -32,11 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bakeoff.errors import BakeoffError, ResultsError, SpecError
 from bakeoff.paths import reports_dir
-from bakeoff.results.layout import REHEARSAL_MARKER, is_rehearsal
+from bakeoff.results.layout import REHEARSAL_MARKER, is_rehearsal, read_campaign_copy
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json
 from bakeoff.results.summary import RunSummary
 
@@ -63,7 +61,7 @@ def campaign_name(folder: Path) -> str:
     path = folder / CAMPAIGN_COPY
     if not path.is_file():
         raise SpecError(f"{folder}: not a campaign folder or archive (no {CAMPAIGN_COPY}); give reports/NAME")
-    raw = yaml.safe_load(path.read_text())
+    raw = read_campaign_copy(folder)
     name = raw.get("name") if isinstance(raw, dict) else None
     if not isinstance(name, str) or not name:
         raise SpecError(f"{path}: no campaign name in it")

@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from bakeoff.analysis.significance import decide
 from bakeoff.analysis.thresholds import (
     GATE_METRICS,
@@ -48,7 +46,7 @@ from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.history.baseline import Ref, baseline_archives, resolve
 from bakeoff.history.index import campaign_raw, repeat_groups, run_facts
-from bakeoff.results.layout import cell_names
+from bakeoff.results.layout import cell_names, read_campaign_copy
 from bakeoff.results.store import CELL_INFO, read_json, read_json_or_empty
 
 Verdict = Literal["improved", "regressed", "within noise", "undecided"]
@@ -194,7 +192,7 @@ class Comparison:
 
 def thresholds_of(folder: Path) -> dict[str, float]:
     """The gate of a campaign folder or archive: its campaign.yaml's regression block, else the defaults."""
-    raw = yaml.safe_load((folder / arch.CAMPAIGN_COPY).read_text()) or {}
+    raw = read_campaign_copy(folder)
     try:
         return effective(parse_thresholds(raw.get("regression") if isinstance(raw, dict) else None))
     except ValueError as exc:

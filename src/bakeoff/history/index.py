@@ -40,13 +40,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import yaml
 
 from bakeoff.analysis.thresholds import GATE_METRICS, estimates, quality_readings, readings
 from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.observe.origin import FRAMEWORK_PACKAGES
-from bakeoff.results.layout import cell_names
+from bakeoff.results.layout import cell_names, read_campaign_copy
 from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 
 if TYPE_CHECKING:
@@ -239,8 +238,7 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def campaign_raw(folder: Path) -> dict[str, Any]:
-    raw = yaml.safe_load((folder / arch.CAMPAIGN_COPY).read_text())
-    return raw if isinstance(raw, dict) else {}
+    return read_campaign_copy(folder)
 
 
 def load_baselines(root: Path) -> dict[str, dict[str, dict[str, Any]]]:

@@ -20,15 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bakeoff.analysis import verdict
 from bakeoff.analysis.advisor import advise
 from bakeoff.analysis.significance import Decision
 from bakeoff.analysis.verdict import LevelVerdict, WorkloadVerdict
 from bakeoff.report.plots import server_palette
 from bakeoff.report.tables import energy_unmeasured
-from bakeoff.results.layout import is_rehearsal
+from bakeoff.results.layout import is_rehearsal, read_campaign_copy
 
 IDS = ("bakeoff-decision", "bakeoff-answer", "bakeoff-headline-chart", "bakeoff-next")
 
@@ -95,7 +93,7 @@ def answers(found: list[WorkloadVerdict]) -> list[Answer]:
 
 def question(campaign_dir: Path, found: list[WorkloadVerdict]) -> str:
     """The question the campaign asks, in words: which server, on what, ranked by what, under what SLO."""
-    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
+    raw = read_campaign_copy(campaign_dir)
     servers = [str(s.get("label") or s.get("backend")) for s in raw.get("servers") or []]
     model = raw.get("model") or {}
     named = model.get("preset") or model.get("served_name") or Path(str(model.get("path", "the model"))).name
@@ -108,7 +106,7 @@ def question(campaign_dir: Path, found: list[WorkloadVerdict]) -> str:
 
 def repeat_design(campaign_dir: Path) -> str | None:
     """How repeats spent their engine starts (``warm_repeats``), as the campaign ran, or None when cold."""
-    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
+    raw = read_campaign_copy(campaign_dir)
     if not raw.get("warm_repeats"):
         return None
     return "Repeats on one warm start; cold start measured once per server."

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from bakeoff.analysis import pareto
 from bakeoff.analysis.advisor import advise
@@ -23,7 +22,7 @@ from bakeoff.analysis.verdict import campaign_design
 from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
 from bakeoff.report.plots import server_palette, telemetry_figure
 from bakeoff.report.tables import REHEARSAL_SUFFIX
-from bakeoff.results.layout import CellResult, is_rehearsal, load_cells
+from bakeoff.results.layout import CellResult, is_rehearsal, load_cells, read_campaign_copy
 
 ROOFLINE_NOTE = (
     "Decode floor per output token = bytes one decode step reads (the weights, plus the KV cache of the "
@@ -34,8 +33,7 @@ ROOFLINE_NOTE = (
 
 
 def _campaign(campaign_dir: Path) -> dict[str, Any]:
-    raw = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
-    return raw if isinstance(raw, dict) else {}
+    return read_campaign_copy(campaign_dir)
 
 
 def palette(frame: pd.DataFrame) -> dict[str, Any]:

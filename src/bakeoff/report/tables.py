@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-import yaml
 
 from bakeoff.analysis import verdict
 from bakeoff.analysis.diagnosis import TPOT_FLAT
@@ -29,6 +28,7 @@ from bakeoff.results.layout import (
     CellResult,
     is_rehearsal,
     load_cells,
+    read_campaign_copy,
     rehearsal_marker,
 )
 from bakeoff.results.metric_table import highest_supported, shown
@@ -705,12 +705,12 @@ def gpu_host_markdown(campaign_dir: Path) -> str | None:
 
 def effort_notes(campaign_dir: Path) -> list[str]:
     """The notes under the effort table that apply to this campaign (GPU-memory knobs: GPU campaigns only)."""
-    spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text()) or {}
+    spec = read_campaign_copy(campaign_dir)
     return [MEMORY_KNOB_NOTE, BATCHED_TOKENS_NOTE] if isinstance(spec, dict) and spec.get("gpu") else []
 
 
 def campaign_title(campaign_dir: Path) -> str:
-    spec = yaml.safe_load((campaign_dir / "campaign.yaml").read_text())
+    spec = read_campaign_copy(campaign_dir)
     title = f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
     apart = measured_apart_note(campaign_dir)
     if apart is not None:

@@ -4,7 +4,8 @@ What the campaign stage writes and every reader (report, verdict, advice, histor
 ``campaign.yaml`` (the campaign as run), ``cells/SERVER__WORKLOAD[__rN]/cell.json`` with its
 ``runs/*/summary.json``, ``quality.json`` beside a cell's runs, and ``rehearsal.json`` at the top
 of a rehearsal. :func:`load_cells` returns one :class:`CellResult` per cell folder, so a reader
-names the fields it uses instead of indexing an untyped dict.
+names the fields it uses instead of indexing an untyped dict; ``cell.json`` is read through
+:mod:`bakeoff.results.cell_record`, its versioned model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from bakeoff.results.cell_record import read_cell_record
 from bakeoff.results.store import CELL_INFO, SUMMARY, read_json, read_summary
 from bakeoff.results.summary import RunSummary
 
@@ -65,6 +69,17 @@ def rehearsal_marker(campaign_dir: Path) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
+def read_campaign_copy(folder: Path) -> dict[str, Any]:
+    """The campaign as run (``campaign.yaml`` in a campaign folder or archive), as its raw mapping.
+
+    The one place a campaign folder's copy is read outside the spec loader: report, analysis and
+    history sit below the campaign stage and cannot import :class:`CampaignSpec`, so they read the
+    file here and name the keys they use. An empty or non-mapping file reads as ``{}``.
+    """
+    raw = yaml.safe_load((folder / CAMPAIGN_COPY).read_text())
+    return raw if isinstance(raw, dict) else {}
+
+
 @dataclass(frozen=True)
 class CellResult:
     """One cell folder: its ``cell.json`` and its runs' summaries (run name -> summary).
@@ -101,7 +116,7 @@ def load_cells(campaign_dir: Path) -> list[CellResult]:
     """Every cell folder of a campaign with a ``cell.json``, its summaries read and checked."""
     cells = []
     for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}")):
-        info = read_json(path)
+        info = read_cell_record(path).as_json()
         label, workload = cell_names(path.parent.name, info)
         server = dict(info.get("server") or {})
         server.setdefault("label", label)

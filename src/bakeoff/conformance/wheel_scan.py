@@ -16,7 +16,7 @@ framework declares about itself, each with the file and line it was read from:
 
 Only files that can hold one of these are parsed (a byte search first), which keeps a
 300 MB wheel to seconds. What the backends render is checked against this in
-:mod:`bakeoff.serving.audit`.
+:mod:`bakeoff.conformance.audit`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``bakeoff backends audit``: a backend YAML held against the framework's released wheel.
 
-:func:`audit_backend` checks, against what :mod:`bakeoff.serving.wheel_scan` read from the
+:func:`audit_backend` checks, against what :mod:`bakeoff.conformance.wheel_scan` read from the
 wheel, every flag the backend renders (command template, knob flags and the flags inside
 value maps), every value it passes to a flag with declared choices, every key of a JSON
 value against the config class it fills, every declared knob default, every metric name it
@@ -32,11 +32,11 @@ from typing import Any
 
 import yaml
 
+from bakeoff.conformance.wheel_scan import ConfigField, Flag, Metric, Site, WheelIndex, scan_wheel
 from bakeoff.errors import SpecError
 from bakeoff.paths import user_cache_dir
 from bakeoff.serving.backends import BackendSpec, KnobSpec, load_backend
 from bakeoff.serving.knobs import value_key
-from bakeoff.serving.wheel_scan import ConfigField, Flag, Metric, Site, WheelIndex, scan_wheel
 
 # Bump when wheel_scan reads more or differently: cached indexes are then read again.
 SCAN_VERSION = 8

@@ -1,7 +1,7 @@
 """``bakeoff campaign preflight``: every server's launch parsed by its framework, before anything starts.
 
 Each server of the campaign (once, however many workloads it has) is rendered exactly as
-its launcher will render it, then checked by :mod:`bakeoff.serving.preflight`:
+its launcher will render it, then checked by :mod:`bakeoff.conformance.preflight`:
 
 - a container server runs its framework's parser inside its image when the runtime and the
   image are here; otherwise it is *skipped*, naming what would make it run;
@@ -21,15 +21,15 @@ import os
 from pathlib import Path
 
 from bakeoff.campaign.cells import Cell, validate_campaign
+from bakeoff.conformance.audit import load_index, wheel_cache
+from bakeoff.conformance.preflight import PreflightResult, preflight_command, run_preflight, stand_in
 from bakeoff.errors import RuntimeMissingError, SpecError
-from bakeoff.serving.audit import load_index, wheel_cache
 from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.images import image_fix_hint, inspect_image
 from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.launchers import launcher_kind
-from bakeoff.serving.preflight import PreflightResult, preflight_command, run_preflight, stand_in
 
 SERVED = "bakeoff-preflight"
 
