@@ -5,7 +5,7 @@ offered (scheduled) against achieved (completed) request rate, and TTFT and TPOT
 time each request was scheduled, beside the arrival rate that caused them. Latency by
 prefix-sharing class says whether requests whose prefix was sent before are served faster
 (they are when the server's prefix cache works). Designed reuse beside the server's hit
-rate is :func:`bakeoff.report.tables.prefix_cache_table`, as for conversations. Kept apart from
+rate is :func:`bakeoff.report.sweeps.prefix_cache_table`, as for conversations. Kept apart from
 :mod:`bakeoff.report.tables` to keep that module small; the notebook calls both.
 """
 
