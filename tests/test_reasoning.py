@@ -28,8 +28,8 @@ from bakeoff.ref.profiles import make_profile
 from bakeoff.ref.server import build_parser
 from bakeoff.report.tables import _row, headline_table
 from bakeoff.results import metric_table
+from bakeoff.results.formulas import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.layout import CellResult
-from bakeoff.results.metric_table import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
 from bakeoff.results.store import read_records, write_records
 from bakeoff.results.summary import RunSummary, migrate

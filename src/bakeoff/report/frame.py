@@ -13,13 +13,13 @@ from typing import Any
 import pandas as pd
 
 from bakeoff.results import metric_table
+from bakeoff.results.formulas import highest_supported
 from bakeoff.results.layout import (
     REHEARSAL_TAG,
     CellResult,
     is_rehearsal,
     load_cells,
 )
-from bakeoff.results.metric_table import highest_supported
 from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary
 
 # From the metric table, like the headline columns: a metric is added there, once.
@@ -47,7 +47,7 @@ def summary_table(summaries: dict[str, RunSummary]) -> str:
 
     Columns are the metric table's headline figures; one no run has (no SLO, no cost) is left out.
     A percentile the run's sample cannot support shows the highest one it does (``P90 41.20 (n=24;
-    P99 needs ≥100)``, :func:`bakeoff.results.metric_table.supported_text`), as in the report;
+    P99 needs ≥100)``, :func:`bakeoff.results.formulas.supported_text`), as in the report;
     :func:`run_warnings` says what each run's numbers can and cannot be read as.
     """
     readers = metric_table.headline_readers()

@@ -8,10 +8,10 @@ from typing import Any, Literal
 import pandas as pd
 
 from bakeoff.report.plots import server_palette
+from bakeoff.results.formulas import shown
 from bakeoff.results.layout import (
     load_cells,
 )
-from bakeoff.results.metric_table import shown
 from bakeoff.results.summary import Stat, StatName
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bakeoff.results.formulas import NS_PER_MS, shown, tpot_ms, ttft_ms
 from bakeoff.results.layout import load_cells
-from bakeoff.results.metric_table import NS_PER_MS, shown, tpot_ms, ttft_ms
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import RECORDS_PARQUET, read_records
 from bakeoff.results.summary import RunSummary
