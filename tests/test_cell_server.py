@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from bakeoff.campaign import cell_run as campaign
 from bakeoff.campaign import cells as campaign_cells
-from bakeoff.campaign import execute as campaign
 from bakeoff.campaign.cold_cache import CellServer, needs_cold_cache, prompt_keys
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.errors import LaunchError

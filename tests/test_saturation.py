@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bakeoff.analysis.saturation import saturated_at, saturation, sweep_may_stop
 from bakeoff.analysis.verdict import saturation_notes
-from bakeoff.campaign.execute import run_sweep
+from bakeoff.campaign.cell_run import run_sweep
 from bakeoff.measure.slo import Slo
 from bakeoff.results.store import write_json
 from bakeoff.results.summary import RunSummary

@@ -169,8 +169,8 @@ def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
+    from bakeoff.campaign.cell_run import _static_effort
     from bakeoff.campaign.cells import Cell
-    from bakeoff.campaign.execute import _static_effort
     from bakeoff.campaign.runner import RunTarget, execute_plan
     from bakeoff.measure.client import ClientSettings
     from bakeoff.results.store import RUN_INFO, read_json

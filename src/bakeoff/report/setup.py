@@ -69,7 +69,7 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
     seen = set()
     suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
     cells = load_cells(campaign_dir)
-    # With repeats, the warm restart is repeat 2's start (bakeoff.campaign.execute.run_cell).
+    # With repeats, the warm restart is repeat 2's start (bakeoff.campaign.cell_run.run_cell).
     warm = {c.label: w for c in cells if (w := c.effort.get("warm_restart_s")) is not None}
     for cell in cells:
         label = cell.label + suffix

@@ -18,7 +18,7 @@ smaller the miss, so a search where no configuration meets the SLO still moves t
 
 Every trial is a real cell of the tune's own campaign folder (``reports/NAME-tune``): a
 server entry ``GROUP-<digest of its knobs>`` appended to that folder's ``campaign.yaml`` and
-measured by :func:`bakeoff.campaign.execute.run_cell` (in this process, no notebook per
+measured by :func:`bakeoff.campaign.cell_run.run_cell` (in this process, no notebook per
 trial), so the same configuration proposed twice, or a trial cut short, is measured once,
 like a resumed campaign's cell (:mod:`bakeoff.campaign.resume`). A trial:
 
@@ -48,7 +48,7 @@ goodput 0, the test compares their SLO misses instead (lower is better), and say
 ``rehearse``: a GPU campaign's tune run end to end on the reference-server stand-ins of a
 rehearsal (:mod:`bakeoff.campaign.rehearsal`): the campaign scaled down, the folder marked, every
 line and the report tagged, and no verdict or pick presented as a finding. ``runner``: how one
-cell is measured, :func:`bakeoff.campaign.execute.run_cell` here by default;
+cell is measured, :func:`bakeoff.campaign.cell_run.run_cell` here by default;
 :mod:`bakeoff.cluster.ray_tune` passes one that runs it as a Ray task (the study stays here, on
 the driver, asking and telling).
 

@@ -11,8 +11,8 @@ import yaml
 from pydantic import ValidationError
 
 from bakeoff.campaign import resume
+from bakeoff.campaign.cell_run import cell_fingerprint, run_cell
 from bakeoff.campaign.cells import Cell, expand
-from bakeoff.campaign.execute import cell_fingerprint, run_cell
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
