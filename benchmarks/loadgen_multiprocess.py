@@ -35,6 +35,7 @@ from bakeoff.observe.telemetry import parse_prometheus
 from bakeoff.ref.options import MODEL
 from bakeoff.results.store import read_records
 from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 ERROR_TARGET_PCT = 1.0
@@ -68,7 +69,13 @@ def plan_for(args: argparse.Namespace) -> RunPlan:
     measured = [req(i, args.output_tokens) for i in range(conc * args.rounds)]
     # Every measured request runs: the level's window minimum is all of them.
     return RunPlan(
-        f"c{conc}", "closed", {}, concurrency=conc, warmup=warm, requests=lead + measured, min_requests=len(measured)
+        f"c{conc}",
+        "closed",
+        ConcurrencySweep(levels=[1], input_len=8, output_len=8),
+        concurrency=conc,
+        warmup=warm,
+        requests=lead + measured,
+        min_requests=len(measured),
     )
 
 

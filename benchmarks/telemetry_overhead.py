@@ -33,6 +33,7 @@ from bakeoff.observe.telemetry_series import SERIES_FILE, read_series
 from bakeoff.ref.options import MODEL
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
 TTFT_MS, ITL_MS, TOKENS, CONCURRENCY, REQUESTS = 20.0, 10.0, 64, 16, 96
@@ -40,7 +41,13 @@ TTFT_MS, ITL_MS, TOKENS, CONCURRENCY, REQUESTS = 20.0, 10.0, 64, 16, 96
 
 def one_run(url: str, pid: int, interval_s: float | None, folder: Path) -> dict[str, float]:
     requests = [PlannedRequest(i, "completions", TOKENS, prompt=f"p {i}") for i in range(REQUESTS)]
-    plan = RunPlan("bench", "closed", {}, concurrency=CONCURRENCY, requests=requests)
+    plan = RunPlan(
+        "bench",
+        "closed",
+        ConcurrencySweep(levels=[1], input_len=8, output_len=8),
+        concurrency=CONCURRENCY,
+        requests=requests,
+    )
     original = runner.probes_for
     if interval_s is None:
         runner.probes_for = lambda *a, **k: ([], [])  # type: ignore[assignment]

@@ -18,8 +18,10 @@ from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import RUN_INFO, read_json
 from bakeoff.results.summary import RunSummary
 from bakeoff.serving.backends import load_backend
+from bakeoff.workloads.kinds import MultiTurn
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan, designed_reuse, reusable_share
 from fake_sglang import FakeState, serve_fake
+from plan_workloads import CLOSED, SESSIONS
 
 SYSTEM = " ".join(f"sys{i}" for i in range(16))
 
@@ -31,7 +33,13 @@ def sessions_plan(warmup: int = 0) -> RunPlan:
         for i in range(warmup)
     ]
     return RunPlan(
-        "sessions", "sessions", {"turns": 2}, concurrency=1, sessions=sessions, warmup=warm, system_prompt_tokens=16
+        "sessions",
+        "sessions",
+        MultiTurn(turns=2),
+        concurrency=1,
+        sessions=sessions,
+        warmup=warm,
+        system_prompt_tokens=16,
     )
 
 
@@ -92,9 +100,9 @@ def test_a_reset_refused_while_busy_succeeds_once_idle(tmp_path: Path) -> None:
 def test_reusable_reuse_counts_whole_cache_blocks_only() -> None:
     # Two conversations of one turn sharing a 32-token system prompt, 16 user tokens each.
     sessions = [SessionPlan(i, "s", ["u"], 16, 8, 0.0) for i in range(2)]
-    plan = RunPlan("chat", "sessions", {}, sessions=sessions, system_prompt_tokens=32)
+    plan = RunPlan("chat", "sessions", SESSIONS, sessions=sessions, system_prompt_tokens=32)
     assert designed_reuse(plan) == pytest.approx(32 / 96)
     assert reusable_share(plan, 1) == designed_reuse(plan)  # a radix tree / llama.cpp reuses any token run
     assert reusable_share(plan, 16) == pytest.approx(32 / 96)  # vLLM on GPU: two whole 16-token blocks
     assert reusable_share(plan, 128) == 0.0  # vLLM-CPU: the shared 32 tokens never fill one 128-token block
-    assert reusable_share(RunPlan("c1", "closed", {}), 128) is None  # nothing designed
+    assert reusable_share(RunPlan("c1", "closed", CLOSED), 128) is None  # nothing designed

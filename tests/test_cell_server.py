@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from bakeoff.campaign import cell_run as campaign
 from bakeoff.campaign import cells as campaign_cells
-from bakeoff.campaign import execute as campaign
 from bakeoff.campaign.cold_cache import CellServer, needs_cold_cache, prompt_keys
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.errors import LaunchError
@@ -24,15 +24,16 @@ from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plan_store import save_plans
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
 from fake_sglang import FakeState, serve_fake
+from plan_workloads import CLOSED, SESSIONS
 
 
 def closed(name: str, words: str) -> RunPlan:
     reqs = [PlannedRequest(i, "chat", 2, messages=[{"role": "user", "content": f"{words} {i}"}]) for i in range(3)]
-    return RunPlan(name, "closed", {}, concurrency=1, requests=reqs)
+    return RunPlan(name, "closed", CLOSED, concurrency=1, requests=reqs)
 
 
 def sessions() -> RunPlan:
-    return RunPlan("sessions", "sessions", {}, concurrency=1, sessions=[SessionPlan(0, "sys", ["hi"], 1, 2, 0.0)])
+    return RunPlan("sessions", "sessions", SESSIONS, concurrency=1, sessions=[SessionPlan(0, "sys", ["hi"], 1, 2, 0.0)])
 
 
 class Starts:

@@ -25,6 +25,7 @@ from bakeoff.results import metric_table
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import CLOSED
 
 S = 1_000_000_000
 
@@ -154,7 +155,7 @@ def test_a_run_on_this_host_says_energy_was_not_measured_and_why(
     # A CPU backend here: RAPL is looked for where the test says (an empty folder: as on this machine).
     monkeypatch.setattr(energy_module, "POWERCAP", tmp_path / "powercap")
     requests = [PlannedRequest(i, "completions", 8, prompt=f"hello {i}") for i in range(4)]
-    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=requests)
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, requests=requests)
     with serve_reference(ttft_ms=5, itl_ms=5) as url:
         target = RunTarget(ClientSettings(url, "bakeoff-ref"), load_backend("vllm-cpu"), show_progress=False)
         summary = execute_plan(plan, target, tmp_path / "run")
@@ -169,7 +170,7 @@ def test_a_run_with_a_readable_counter_covers_the_throughput_window(
     root = powercap(tmp_path / "powercap", {"intel-rapl:0": ("package-0", 1_000, 10**12)})
     monkeypatch.setattr(energy_module, "POWERCAP", root)
     requests = [PlannedRequest(i, "completions", 8, prompt=f"hello {i}") for i in range(6)]
-    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=requests)
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, requests=requests)
     with serve_reference(ttft_ms=5, itl_ms=5) as url:
         target = RunTarget(
             ClientSettings(url, "bakeoff-ref"), load_backend("vllm-cpu"), show_progress=False, telemetry_interval_s=0.05
@@ -189,7 +190,7 @@ def test_the_report_shows_not_measured_with_the_reason(tmp_path: Path, monkeypat
     requests = [PlannedRequest(i, "completions", 4, prompt=f"hi {i}") for i in range(2)]
     with serve_reference(ttft_ms=1, itl_ms=1) as url:
         target = RunTarget(ClientSettings(url, "bakeoff-ref"), load_backend("vllm-cpu"), show_progress=False)
-        execute_plan(RunPlan("c2", "closed", {}, concurrency=2, requests=requests), target, cell / "runs" / "c2")
+        execute_plan(RunPlan("c2", "closed", CLOSED, concurrency=2, requests=requests), target, cell / "runs" / "c2")
     (cell / "cell.json").write_text('{"server": {"label": "ref"}, "workload": "x", "backend": "vllm-cpu"}')
     table = energy_table(tmp_path / "campaign")
     assert not table.empty

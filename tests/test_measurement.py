@@ -37,6 +37,7 @@ from bakeoff.results.store import RECORDS_PARQUET, RUN_INFO, SUMMARY, read_json,
 from bakeoff.serving.process import free_port, probe, wait_ready
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import CLOSED
 
 TTFT_MS = 100.0
 ITL_MS = 20.0
@@ -254,7 +255,7 @@ def test_fault_every_nth_request(ref_url: str) -> None:
 
 
 def test_server_dies_mid_run_and_the_runner_still_writes_everything(tmp_path: Path) -> None:
-    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(12, max_tokens=8))
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, requests=planned(12, max_tokens=8))
     # The run ends at the server's death (bakeoff.serving.death_watch): the rest of the plan is not sent.
     with (
         serve_reference(ttft_ms=20.0, itl_ms=5.0, fault="die", fault_every=5) as url,
@@ -273,7 +274,7 @@ def test_server_dies_mid_run_and_the_runner_still_writes_everything(tmp_path: Pa
 
 
 def test_ctrl_c_keeps_the_records_collected_so_far(ref_url: str, tmp_path: Path) -> None:
-    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(40, max_tokens=16))
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, requests=planned(40, max_tokens=16))
     # SIGINT from a timer thread, as a terminal would send it, while the loop is running.
     timer = threading.Timer(1.2, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -351,7 +352,7 @@ def test_min_tokens_gets_the_planned_length(ref_url: str) -> None:
 
 
 def test_a_short_run_is_flagged_and_planned_lengths_are_stored(ref_url: str, tmp_path: Path) -> None:
-    plan = RunPlan("c2", "closed", {}, concurrency=2, requests=planned(6, max_tokens=12))
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, requests=planned(6, max_tokens=12))
     summary = execute_plan(plan, RunTarget(settings(ref_url, {"eos_after": 5}), show_progress=False), tmp_path)
     short = summary.short_completions
     assert (short.count, short.share, short.tokens_missing) == (6, 1.0, 42)

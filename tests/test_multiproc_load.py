@@ -25,6 +25,7 @@ from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_records
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
+from plan_workloads import CLOSED, OPEN, SESSIONS
 
 MODEL = "bakeoff-ref"
 
@@ -59,17 +60,17 @@ def test_shift_moves_every_set_timestamp_and_leaves_unset_ones() -> None:
 
 
 def test_split_keeps_concurrency_and_hands_out_every_request_or_session_once() -> None:
-    closed = RunPlan("c", "closed", {}, concurrency=7, requests=requests(20))
+    closed = RunPlan("c", "closed", CLOSED, concurrency=7, requests=requests(20))
     shares = split(closed, 3)
     assert [s.concurrency for s in shares] == [3, 2, 2]
     assert all(s.requests is closed.requests for s in shares)  # claimed from one counter, not dealt
-    opened = RunPlan("o", "open", {}, rate=10.0, concurrency=None, requests=requests(10, gap_s=0.1)[::-1])
+    opened = RunPlan("o", "open", OPEN, rate=10.0, concurrency=None, requests=requests(10, gap_s=0.1)[::-1])
     parts = split(opened, 3)
     assert sorted(r.request_id for s in parts for r in s.requests) == list(range(10))
     assert all(s.max_concurrency is None for s in parts)
     assert [r.arrival_s for r in parts[0].requests] == sorted(r.arrival_s for r in parts[0].requests)
     talks = [SessionPlan(i, "sys", ["hi"], 1, 2, 0.0) for i in range(5)]
-    dealt = split(RunPlan("s", "sessions", {}, concurrency=4, sessions=talks), 2)
+    dealt = split(RunPlan("s", "sessions", SESSIONS, concurrency=4, sessions=talks), 2)
     assert sorted(s.session_id for share in dealt for s in share.sessions) == list(range(5))
     assert [share.concurrency for share in dealt] == [2, 2]
 
@@ -77,22 +78,22 @@ def test_split_keeps_concurrency_and_hands_out_every_request_or_session_once() -
 def test_auto_estimate_adds_processes_only_when_the_chunk_demand_needs_them() -> None:
     # Warm-up streams: 100 chunks each over 1 s, i.e. 100 chunks/s per request in flight.
     warm = [streamed(i, 100, 0, 10_000_000) for i in range(4)]
-    low = estimate(RunPlan("c", "closed", {}, concurrency=16), warm, cpu_s=0.01, wall_s=1.0)
+    low = estimate(RunPlan("c", "closed", CLOSED, concurrency=16), warm, cpu_s=0.01, wall_s=1.0)
     assert low.chunks_per_s == pytest.approx(1_600, rel=0.02)
     assert low.cpu_s_per_chunk == pytest.approx(0.01 / 400)
     assert low.processes(limit=8) == 1
-    high = estimate(RunPlan("c", "closed", {}, concurrency=512), warm, cpu_s=0.01, wall_s=1.0)
+    high = estimate(RunPlan("c", "closed", CLOSED, concurrency=512), warm, cpu_s=0.01, wall_s=1.0)
     # 51,200 chunks/s x 25 us = 1.28 cores; kept at most half busy each: 3 processes.
     assert high.processes(limit=8) == 3 and high.processes(limit=2) == 2
     # Too few warm-up chunks to trust their CPU figure: the calibrated default stands in.
-    few = estimate(RunPlan("c", "closed", {}, concurrency=1), warm[:1], cpu_s=1.0, wall_s=1.0)
+    few = estimate(RunPlan("c", "closed", CLOSED, concurrency=1), warm[:1], cpu_s=1.0, wall_s=1.0)
     assert MIN_WARMUP_CHUNKS > 100 and few.cpu_s_per_chunk == DEFAULT_CPU_S_PER_CHUNK
     assert Estimate(None, 1e-3, None).processes(limit=8) == 1  # no warm-up: nothing to go on
 
 
 @pytest.mark.precision
 def test_open_loop_from_two_processes_keeps_one_schedule_and_exact_timings() -> None:
-    plan = RunPlan("o", "open", {}, rate=50.0, requests=requests(24, max_tokens=6, gap_s=0.02))
+    plan = RunPlan("o", "open", OPEN, rate=50.0, requests=requests(24, max_tokens=6, gap_s=0.02))
     got: list[RequestRecord] = []
     with serve_reference(ttft_ms=40, itl_ms=10) as url:
         utils = asyncio.run(drive_processes(ClientSettings(base_url=url, model=MODEL), plan, 2, got.append))
@@ -110,7 +111,7 @@ def test_open_loop_from_two_processes_keeps_one_schedule_and_exact_timings() -> 
 @pytest.mark.precision
 def test_a_run_driven_by_two_processes_records_them_and_merges_into_one_run(tmp_path: Path) -> None:
     reqs = requests(30, max_tokens=10)
-    plan = RunPlan("c4", "closed", {}, concurrency=4, warmup=requests(2), requests=reqs, min_requests=30)
+    plan = RunPlan("c4", "closed", CLOSED, concurrency=4, warmup=requests(2), requests=reqs, min_requests=30)
     with serve_reference(ttft_ms=20, itl_ms=5) as url:
         target = RunTarget(ClientSettings(base_url=url, model=MODEL), show_progress=False)
         target.client_processes = 2
@@ -127,7 +128,7 @@ def test_a_run_driven_by_two_processes_records_them_and_merges_into_one_run(tmp_
 
 
 def test_auto_keeps_a_light_run_in_one_process(tmp_path: Path) -> None:
-    plan = RunPlan("c2", "closed", {}, concurrency=2, warmup=requests(2), requests=requests(6))
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, warmup=requests(2), requests=requests(6))
     with serve_reference(ttft_ms=5, itl_ms=5) as url:
         target = RunTarget(ClientSettings(base_url=url, model=MODEL), show_progress=False)
         summary = execute_plan(plan, target, tmp_path)

@@ -28,8 +28,8 @@ from bakeoff.ref.profiles import make_profile
 from bakeoff.ref.server import build_parser
 from bakeoff.report.tables import _row, headline_table
 from bakeoff.results import metric_table
+from bakeoff.results.formulas import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.layout import CellResult
-from bakeoff.results.metric_table import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
 from bakeoff.results.store import read_records, write_records
 from bakeoff.results.summary import RunSummary, migrate
@@ -38,6 +38,7 @@ from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.launchers import REHEARSAL_REASONING_TOKENS, rehearsal_argv
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import CLOSED
 
 MS = 1_000_000
 
@@ -254,7 +255,7 @@ def test_a_reasoning_run_reports_planted_first_token_times(profile: str, tmp_pat
         "reasoning_tokens": REASONING_TOKENS,
         "answer_gap_ms": PLANTED_GAP_MS,
     }
-    plan = RunPlan("c2", "closed", {}, concurrency=2, warmup=chat_requests(2, -2), requests=chat_requests(8))
+    plan = RunPlan("c2", "closed", CLOSED, concurrency=2, warmup=chat_requests(2, -2), requests=chat_requests(8))
     with serve_reference(profile=profile, **options) as url:
         target = RunTarget(client_settings(url), load_backend(profile), show_progress=False)
         summary = execute_plan(plan, target, tmp_path / "try1")

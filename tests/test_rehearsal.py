@@ -37,6 +37,7 @@ from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import BROKEN_EVERY, LOSSY_PROMPT_LOGPROB, PLANTED_FILE, PROMPT_LOGPROB
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import CLOSED
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_CAMPAIGNS = sorted((REPO / "campaigns").glob("gpu-*.yaml"))
@@ -298,7 +299,7 @@ def _rehearse_one(backend_name: str, knobs: dict[str, Any], model: Path, cell_di
             handle.base_url, handle.model, extra_body=extra, min_tokens=backend.request.min_tokens
         )
         target = RunTarget(settings, backend, info, show_progress=False)
-        plan = RunPlan("c2", "closed", {}, concurrency=2, requests=requests)
+        plan = RunPlan("c2", "closed", CLOSED, concurrency=2, requests=requests)
         execute_plan(plan, target, cell_dir / "runs" / "c2")
     server_info = {"label": server.label, "backend": backend_name, "knobs": knobs}
     write_json(

@@ -29,6 +29,7 @@ from bakeoff.results.store import read_journal, read_json, write_json
 from bakeoff.serving.death_watch import CONNECT_FAILURES, DeathWatch, ServerState, process_probe
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import CLOSED
 from polling import poll_until
 
 REQUESTS = 24
@@ -207,7 +208,7 @@ def test_a_dead_server_fails_the_cell_and_the_campaign_exit_status(campaign: Pat
 
 def plan(n: int = 200) -> RunPlan:
     requests = [PlannedRequest(i, "completions", 12, prompt=f"hello {i}") for i in range(n)]
-    return RunPlan("c4", "closed", {}, concurrency=4, requests=requests)
+    return RunPlan("c4", "closed", CLOSED, concurrency=4, requests=requests)
 
 
 def test_a_server_that_dies_ends_the_run_at_once_with_the_evidence(tmp_path: Path) -> None:

@@ -6,11 +6,12 @@ from pathlib import Path
 
 from bakeoff.analysis.saturation import saturated_at, saturation, sweep_may_stop
 from bakeoff.analysis.verdict import saturation_notes
-from bakeoff.campaign.execute import run_sweep
+from bakeoff.campaign.cell_run import run_sweep
 from bakeoff.measure.slo import Slo
 from bakeoff.results.store import write_json
 from bakeoff.results.summary import RunSummary
 from bakeoff.workloads.plans import RunPlan
+from plan_workloads import CLOSED
 from verdict_planted import run
 
 SLO = Slo(ttft_ms=500.0)
@@ -35,7 +36,7 @@ def test_a_sweep_stops_only_once_every_server_has_saturated() -> None:
 
 
 def test_run_sweep_skips_the_levels_above_the_stop_and_says_where_and_why() -> None:
-    plans = [RunPlan(f"c{c}", "closed", {}, concurrency=c) for c in (1, 4, 16, 64)]
+    plans = [RunPlan(f"c{c}", "closed", CLOSED, concurrency=c) for c in (1, 4, 16, 64)]
     ran: list[str] = []
 
     def execute(plan: RunPlan) -> RunSummary:

@@ -12,6 +12,7 @@ import yaml
 
 from bakeoff.campaign.recurring import drift_job, parse_every, render, render_drift
 from bakeoff.errors import SpecError
+from plan_workloads import CLOSED
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "schedules"
@@ -169,8 +170,8 @@ def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
+    from bakeoff.campaign.cell_run import _static_effort
     from bakeoff.campaign.cells import Cell
-    from bakeoff.campaign.execute import _static_effort
     from bakeoff.campaign.runner import RunTarget, execute_plan
     from bakeoff.measure.client import ClientSettings
     from bakeoff.results.store import RUN_INFO, read_json
@@ -190,7 +191,7 @@ def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> 
     # cell.json keeps effort["server"]; each run gets it as its server (as _run_plans passes it), and
     # run.json and the summary's provenance carry the digest on: a run measured against the reference server.
     assert effort["server"]["image"] == "vllm/vllm-openai:latest" and effort["server"]["image_digest"] == "sha256:abc"
-    plan = RunPlan("c1", "closed", {}, concurrency=1, requests=[PlannedRequest(0, "completions", 4, prompt="a b")])
+    plan = RunPlan("c1", "closed", CLOSED, concurrency=1, requests=[PlannedRequest(0, "completions", 4, prompt="a b")])
     with serve_reference(ttft_ms=1, itl_ms=1) as url:
         settings = ClientSettings(base_url=url, model="bakeoff-ref")
         summary = execute_plan(plan, RunTarget(settings, server_info=dict(effort["server"])), tmp_path / "run")

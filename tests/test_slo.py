@@ -8,6 +8,7 @@ from bakeoff.measure.slo import SLO_PRESETS, Slo, resolve_slo, run_meets_slo, se
 from bakeoff.results.summary import Latency, Requests, RunSummary, Stat, Throughput, Tokens
 from bakeoff.workloads.kinds import OpenLoop
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import OPEN
 
 
 def fake_summary(ttft_p99: float, tpot_p99: float, failed: int = 0) -> RunSummary:
@@ -54,7 +55,7 @@ def test_search_converges_on_the_knee() -> None:
         return 300.0 if rate <= 6.0 else 5000.0
 
     requests = [PlannedRequest(i, "completions", 8, prompt="x", arrival_s=i * 0.5) for i in range(20)]
-    template = RunPlan("r1", "open", {}, rate=2.0, requests=requests)
+    template = RunPlan("r1", "open", OPEN, rate=2.0, requests=requests)
     wl = OpenLoop(rates=[2.0, 16.0], input_len=8, output_len=8, slo_search=True, search_steps=8, search_tolerance=0.05)
     seen: list[RunPlan] = []
 

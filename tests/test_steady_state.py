@@ -8,7 +8,7 @@ from itertools import pairwise
 import pytest
 
 from bakeoff.measure.metrics import WindowTargets, summarize
-from bakeoff.results.metric_table import ttft_from_send_ms, ttft_ms
+from bakeoff.results.formulas import ttft_from_send_ms, ttft_ms
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.kinds import ConcurrencySweep, OpenLoop
 from bakeoff.workloads.plans import PlanBuilder

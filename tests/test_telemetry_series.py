@@ -22,6 +22,7 @@ from bakeoff.serving.backends import load_backend
 from bakeoff.serving.gpus import nvml_probe
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from plan_workloads import CLOSED
 from polling import poll_until
 
 TWO_ENGINES = """# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
@@ -115,7 +116,7 @@ def test_sampler_keeps_its_grid_and_survives_a_failing_probe() -> None:
 
 def test_a_run_against_a_vllm_wire_server_saves_its_series(tmp_path: Path) -> None:
     requests = [PlannedRequest(i, "completions", 40, prompt=f"hello {i}") for i in range(16)]
-    plan = RunPlan("c8", "closed", {}, concurrency=8, requests=requests)
+    plan = RunPlan("c8", "closed", CLOSED, concurrency=8, requests=requests)
     with serve_reference(profile="vllm", ttft_ms=20, itl_ms=25) as url:
         settings = ClientSettings(url, "bakeoff-ref")
         target = RunTarget(settings, load_backend("vllm"), show_progress=False, telemetry_interval_s=0.2)

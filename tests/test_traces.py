@@ -18,7 +18,7 @@ from bakeoff.errors import SpecError
 from bakeoff.measure.client import ClientSettings
 from bakeoff.report.tables import prefix_cache_table, results_frame
 from bakeoff.report.trace_replay import sharing_class_table, timeline, trace_figure, trace_table
-from bakeoff.results.metric_table import e2e_ms, tpot_ms, ttft_from_send_ms, ttft_ms
+from bakeoff.results.formulas import e2e_ms, tpot_ms, ttft_from_send_ms, ttft_ms
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_records, write_json
 from bakeoff.results.summary import RunSummary

@@ -27,8 +27,10 @@ import yaml
 
 from bakeoff.analysis.tune_compare import NO_SLO_MET, compare_goodput
 from bakeoff.campaign import tune as tuning
+from bakeoff.campaign.cells import prepare
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import STUDY_FILE, Candidate, cross_verdict, pick, resolve_groups, tune_campaign
+from bakeoff.campaign.tune import folder as tune_folder
 from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
 from bakeoff.report import tune_report
@@ -327,9 +329,9 @@ def test_ctrl_c_mid_trial_keeps_finished_trials_leaves_nothing_and_the_tune_resu
     assert states.count(optuna.trial.TrialState.COMPLETE) >= 1  # the first trial at least
     assert read_json(out / "cells" / underway / "cell.json")["status"] == "interrupted"
 
-    real = tuning.run_cell
+    real = tune_folder.run_cell  # the default runner's call, in the module that makes it
     measured: list[tuple[str, int]] = []  # (label, repeat) of each cell run
-    monkeypatch.setattr(tuning, "run_cell", lambda *a, **k: (measured.append((a[1], a[3])), real(*a, **k))[1])
+    monkeypatch.setattr(tune_folder, "run_cell", lambda *a, **k: (measured.append((a[1], a[3])), real(*a, **k))[1])
     tune_campaign(path, out_dir=out)
     # Nothing finished was measured again: its cell.json is the same file, its (label, repeat) not run.
     assert {n: (out / "cells" / n / "cell.json").stat().st_mtime_ns for n in kept} == kept
@@ -397,7 +399,7 @@ def test_a_trial_the_campaign_cannot_run_is_refused_before_it_is_written(planted
     out.mkdir()
     source = out / "src.yaml"
     source.write_text(yaml.safe_dump(tuning._source_campaign(spec, full, probe, spec.tune)))
-    tuning.prepare(source, out)
+    prepare(source, out)
     before = (out / "campaign.yaml").read_text()
     bad = {"backend": "refplant", "label": "ref-bad", "knobs": {"max_num_seqs": 0}}
     with pytest.raises(SpecError, match="max_num_seqs"):

@@ -168,7 +168,7 @@ def test_plans_are_made_again_when_the_trace_file_or_tokenizer_changes(tmp_path:
     tokenizer.write_text("{}")
     wl = Trace(path=trace, format="mooncake", block_size=8)
     spec = wl.model_dump(mode="json")
-    plan = RunPlan(name="trace", mode="open", workload=spec)
+    plan = RunPlan(name="trace", mode="open", workload=wl)
     inputs = plan_inputs(wl, tokenizer, 4096)
     save_plans([plan], tmp_path / "plans", inputs)
     assert plans_match(tmp_path / "plans", spec, plan_inputs(wl, tokenizer, 4096))

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bakeoff.analysis.significance import ALPHA, mean_interval
-from bakeoff.results.metric_table import BY_KEY, needed_samples
+from bakeoff.results.formulas import needed_samples
+from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.summary import PERCENTILES, STAT_LABELS, RunSummary, StatName, percentile_supported
 
 LEVEL = 1 - ALPHA

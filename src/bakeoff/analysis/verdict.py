@@ -35,8 +35,9 @@ from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, look_alpha, planned_looks
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
+from bakeoff.results.formulas import needed_samples
 from bakeoff.results.layout import AUTO_REPEATS, load_cells, read_campaign_copy
-from bakeoff.results.metric_table import BY_KEY, needed_samples
+from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.store import read_json_or_empty
 from bakeoff.results.summary import STAT_LABELS, RunSummary, StatName
 

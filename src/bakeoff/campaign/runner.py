@@ -334,7 +334,7 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
                 concurrency=plan.concurrency,
                 rate=plan.rate,
                 repeat=repeat,
-                spec=plan.workload,
+                spec=plan.workload.model_dump(mode="json"),
             ),
             "interrupted": run.interrupted,
             "server_died": None
@@ -361,7 +361,7 @@ def _run_info(
     settings = target.settings
     return {
         "plan": plan.name,
-        "workload": plan.workload,
+        "workload": plan.workload.model_dump(mode="json"),
         "server": target.server_info,
         "client": {
             "base_url": settings.base_url,

@@ -62,7 +62,7 @@ from bakeoff.serving.launchers import launcher_kind
 from bakeoff.serving.process import ServerHandle, probe
 from bakeoff.workloads.plans import PlannedRequest
 
-# Starts ``cell``'s server with its run folder: execute.start_server, passed in (no import cycle).
+# Starts ``cell``'s server with its run folder: cell_run.start_server, passed in (no import cycle).
 CellStarter = Callable[[Cell, Path], AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]]
 
 SMOKE_DIR = "smoke"

@@ -275,8 +275,8 @@ def add_bench_options(bench: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Check everything, then run each plan of the workload into ``--out`` and print the summary."""
-    # Deferred: report.tables loads pandas (the report extra), which bench needs for nothing else.
-    from bakeoff.report.tables import run_warnings, summary_table
+    # Deferred: report.frame loads pandas (the report extra), which bench needs for nothing else.
+    from bakeoff.report.frame import run_warnings, summary_table
 
     if args.warmup < 0:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")

@@ -3,7 +3,7 @@
 ``bakeoff campaign run CAMPAIGN --ray [ADDRESS]`` plans the campaign on the driver as a
 local run does (plans written once, cells already measured skipped, earlier attempts
 archived: :mod:`bakeoff.campaign.resume`), then submits each remaining cell as one task that runs
-:func:`bakeoff.campaign.execute.run_cell` on the node Ray picks. The task starts the cell's server
+:func:`bakeoff.campaign.cell_run.run_cell` on the node Ray picks. The task starts the cell's server
 and drives its load itself, so server and load generator share a node and no network hop
 enters the timings. What a cell asks Ray for (:func:`cell_options`):
 
@@ -46,9 +46,10 @@ from typing import Any
 import psutil
 
 from bakeoff.campaign import resume
+from bakeoff.campaign.cell_run import cell_fingerprint, run_cell
 from bakeoff.campaign.cells import Cell, prepare
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
-from bakeoff.campaign.execute import auto_stop, cell_fingerprint, render_report, rounds, run_cell
+from bakeoff.campaign.execute import auto_stop, render_report, rounds
 from bakeoff.campaign.progress import cell_result
 from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec, load_campaign

@@ -11,7 +11,8 @@ switches or timer re-arms per chunk: a general HTTP client spends several times 
 per chunk, which at a few hundred streams is what limits a measurement. Everything
 derived (token shares per chunk, fallback token counts) happens after the stream ends.
 Connections are kept alive and reused. Failures never raise out of
-:meth:`StreamingClient.send`: they become records with an ``error_kind``.
+:meth:`StreamingClient.send`: they become records with an ``error_kind``. What one response
+has shown so far is :class:`~bakeoff.measure.stream_state.StreamState`; this module is the transport.
 
 A reasoning model's thinking (its own delta field) is a chunk like any other, marked
 ``REASONING`` in ``chunk_phase``; ``output_text`` holds the answer alone. Reasoning tokens
@@ -34,15 +35,13 @@ from bakeoff.errors import SpecError
 from bakeoff.measure.auth import check_headers
 from bakeoff.measure.control import tls_context
 from bakeoff.measure.http1 import HttpProtocolError, ResponseParser
-from bakeoff.measure.sse import DONE, SSEDecoder, cached_tokens_of, read_chunk, reasoning_tokens_of, split_tokens
+from bakeoff.measure.sse import cached_tokens_of, reasoning_tokens_of, split_tokens
+from bakeoff.measure.stream_state import ERROR_BODY_LIMIT, ERROR_MARK, RequestFailure, StreamState
 from bakeoff.results.records import ANSWER, REASONING, ErrorKind, RequestRecord, UsageSource
 from bakeoff.workloads.plans import PlannedRequest
 
 TokenCounter = Callable[[str], int]
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-ERROR_BODY_LIMIT = 500
-# In every error object (``{"error": ...}``, ``"object": "error"``) and never in escaped text.
-ERROR_MARK = b'"error"'
 _EVENT_END = b"\n\n\r\n"  # an SSE event's blank line, then the CRLF that ends its chunk
 READ_BUFFER_BYTES = 1 << 18
 _perf_ns = time.perf_counter_ns
@@ -96,126 +95,6 @@ def header_block(headers: dict[str, str]) -> str:
     return "".join(f"{name}: {value}\r\n" for name, value in headers.items())
 
 
-class _Failure(Exception):
-    """Ends one request early; ``kind`` becomes the record's ``error_kind``."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Stream:
-    """What one response has shown so far; fed from the transport callback.
-
-    The callback only splits events and stamps them; JSON is parsed once the stream is
-    over (:meth:`replay`), so the code that runs on every wakeup stays small. Only an
-    event that may be an error object is parsed at once, to stop the request there.
-    """
-
-    __slots__ = (
-        "decoder",
-        "done",
-        "error_body",
-        "event_ns",
-        "events",
-        "last_ns",
-        "parsed",
-        "phases",
-        "read_ns",
-        "reads",
-        "record",
-        "texts",
-        "usage",
-    )
-
-    def __init__(self, record: RequestRecord) -> None:
-        self.record = record
-        self.reads: list[bytes] = []  # every received segment, as received
-        self.read_ns: list[int] = []  # the moment each arrived
-        self.parsed = 0  # reads handed to the HTTP parser so far
-        self.decoder = SSEDecoder()
-        self.events: list[bytes] = []
-        self.event_ns: list[int] = []
-        self.texts: list[str] = []  # one per chunk entry, reasoning and answer alike
-        self.phases: list[int] = []  # the phase of each entry of texts
-        self.usage: dict[str, Any] | None = None
-        self.done = False
-        self.error_body = b""
-        self.last_ns = 0
-
-    def on_headers(self, status: int, now: int) -> None:
-        self.record.headers_ns = now
-        self.record.http_status = status
-
-    def on_body(self, data: bytes, now: int) -> str | None:
-        """Handle body bytes that arrived at ``now``; return an error message to stop."""
-        if self.record.http_status != 200:
-            if len(self.error_body) < ERROR_BODY_LIMIT:
-                self.error_body += data[:ERROR_BODY_LIMIT]
-            return None
-        return self.on_events(self.decoder.feed(data), now)
-
-    def on_events(self, payloads: list[bytes], now: int) -> str | None:
-        return self.on_timed_events(payloads, [now] * len(payloads))
-
-    def on_timed_events(self, payloads: list[bytes], stamps: list[int]) -> str | None:
-        """Keep each event with the moment it arrived; return the error of an error object."""
-        record = self.record
-        for payload, now in zip(payloads, stamps, strict=True):
-            if record.first_event_ns == 0:
-                record.first_event_ns = now
-            if payload == DONE:
-                self.done = True
-                continue
-            if ERROR_MARK in payload:
-                error = read_chunk(payload).error
-                if error is not None:
-                    return error
-            self.events.append(payload)
-            self.event_ns.append(now)
-        return None
-
-    def replay(self) -> str | None:
-        """Parse the kept events into the record; return the error of a broken chunk."""
-        record = self.record
-        chunk_ns, texts, phases = record.chunk_ns, self.texts, self.phases
-        for payload, now in zip(self.events, self.event_ns, strict=True):
-            info = read_chunk(payload)
-            if info.error is not None:
-                return info.error
-            # A delta with both (the end of the thinking) is two entries: reasoning first.
-            if info.reasoning is not None:
-                if record.first_token_ns == 0:
-                    record.first_token_ns = now
-                chunk_ns.append(now)
-                texts.append(info.reasoning)
-                phases.append(REASONING)
-            if info.text is not None:
-                if record.first_token_ns == 0:
-                    record.first_token_ns = now
-                chunk_ns.append(now)
-                texts.append(info.text)
-                phases.append(ANSWER)
-            if info.finish_reason is not None:
-                record.finish_reason = info.finish_reason
-            if info.usage is not None:
-                self.usage = info.usage
-        self.events.clear()
-        self.event_ns.clear()
-        return None
-
-    def answer_text(self) -> str:
-        return "".join(t for t, p in zip(self.texts, self.phases, strict=True) if p == ANSWER)
-
-    def keep_partial(self, record: RequestRecord) -> None:
-        """What a failed stream showed before it failed: answer text, chunk sizes, phases."""
-        if self.texts:
-            record.output_text = self.answer_text()
-            record.chunk_chars = [len(t) for t in self.texts]
-            if REASONING in self.phases:
-                record.chunk_phase = list(self.phases)
-
-
 class _Connection(asyncio.BufferedProtocol):
     """One kept-alive HTTP/1.1 connection; serves one request at a time.
 
@@ -229,7 +108,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._buffer = buffer
         self.transport: asyncio.Transport | None = None
         self.parser = ResponseParser()
-        self.stream: _Stream | None = None
+        self.stream: StreamState | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.closed = False
         self.reused = False
@@ -239,7 +118,7 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
-    def start(self, stream: _Stream, request: bytes, waiter: asyncio.Future[None]) -> int:
+    def start(self, stream: StreamState, request: bytes, waiter: asyncio.Future[None]) -> int:
         """Send ``request``; return the moment its bytes were handed to the socket."""
         assert self.transport is not None
         self.parser = ResponseParser()
@@ -293,7 +172,7 @@ class _Connection(asyncio.BufferedProtocol):
                 error = stream.on_timed_events(payloads, stamps[i:last])
                 stream.parsed = i = last
                 if error is not None:
-                    self.resolve(_Failure("protocol", error))
+                    self.resolve(RequestFailure("protocol", error))
                     return
         try:
             while i < len(reads):
@@ -305,14 +184,14 @@ class _Connection(asyncio.BufferedProtocol):
                 if body:
                     error = stream.on_body(body, now)
                     if error is not None:
-                        self.resolve(_Failure("protocol", error))
+                        self.resolve(RequestFailure("protocol", error))
                         return
                 if parser.complete:
                     record.end_ns = now
                     self.resolve(None)
                     return
         except HttpProtocolError as exc:
-            self.resolve(_Failure("protocol", f"invalid HTTP response: {exc}"))
+            self.resolve(RequestFailure("protocol", f"invalid HTTP response: {exc}"))
             return
         finally:
             stream.parsed = i
@@ -323,7 +202,7 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             self.parser.feed_eof()
         except HttpProtocolError as exc:
-            self.resolve(_Failure("stream_cut", f"server {exc}"))
+            self.resolve(RequestFailure("stream_cut", f"server {exc}"))
             return False
         if self.stream is not None and self.parser.complete:
             self.stream.record.end_ns = _perf_ns()
@@ -333,9 +212,9 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         reason = f": {exc}" if exc else ""
-        self.resolve(_Failure("stream_cut", f"connection lost before the response ended{reason}"))
+        self.resolve(RequestFailure("stream_cut", f"connection lost before the response ended{reason}"))
 
-    def resolve(self, outcome: _Failure | None) -> None:
+    def resolve(self, outcome: RequestFailure | None) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             if outcome is None:
@@ -358,12 +237,12 @@ class _Watchdog:
     """Fails a request on its total deadline or after ``stall_s`` without a byte.
 
     Arms one timer per request and re-arms it only when it fires, so the per-chunk cost
-    is a single attribute write (``_Stream.last_ns``) instead of a timer per chunk.
+    is a single attribute write (``StreamState.last_ns``) instead of a timer per chunk.
     """
 
     __slots__ = ("_handle", "_loop", "conn", "end_ns", "stall_s", "stream", "total_s")
 
-    def __init__(self, stream: _Stream, total_s: float, stall_s: float) -> None:
+    def __init__(self, stream: StreamState, total_s: float, stall_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self.stream = stream
         self.conn: _Connection | None = None
@@ -386,9 +265,9 @@ class _Watchdog:
         if self.conn is None:
             return
         if now >= self.end_ns:
-            self.conn.resolve(_Failure("timeout", f"request exceeded {self.total_s:g} s"))
+            self.conn.resolve(RequestFailure("timeout", f"request exceeded {self.total_s:g} s"))
         elif now - self.stream.last_ns >= self.stall_s * 1e9:
-            self.conn.resolve(_Failure("stall", f"no data for {self.stall_s:g} s"))
+            self.conn.resolve(RequestFailure("stall", f"no data for {self.stall_s:g} s"))
         else:
             self._arm(now)
 
@@ -479,7 +358,7 @@ class StreamingClient:
         record.prompt_tokens = item.prompt_tokens
         record.max_tokens = item.max_tokens
         record.start_ns = _perf_ns()
-        stream = _Stream(record)
+        stream = StreamState(record)
         watchdog = _Watchdog(stream, self.settings.request_timeout_s, self.settings.stall_timeout_s)
         conn: _Connection | None = None
         try:
@@ -498,7 +377,7 @@ class StreamingClient:
                 try:
                     await waiter
                     break
-                except _Failure as failure:
+                except RequestFailure as failure:
                     watchdog.cancel()
                     retry = attempt == 0 and conn.reused and not conn.received
                     if retry and failure.kind == "stream_cut":
@@ -532,7 +411,7 @@ class StreamingClient:
         self._finish(record, stream, stream.usage)
         return record
 
-    def _finish(self, record: RequestRecord, stream: _Stream, usage: dict[str, Any] | None) -> None:
+    def _finish(self, record: RequestRecord, stream: StreamState, usage: dict[str, Any] | None) -> None:
         texts, phases = stream.texts, stream.phases
         reasons = REASONING in phases
         record.output_text = stream.answer_text() if reasons else "".join(texts)
@@ -601,7 +480,7 @@ def _connect_message(pool: _Pool, exc: BaseException) -> str:
     return f"cannot connect to {pool.host}:{pool.port}: {exc}"
 
 
-def _fail(record: RequestRecord, kind: ErrorKind, message: str, stream: _Stream | None = None) -> RequestRecord:
+def _fail(record: RequestRecord, kind: ErrorKind, message: str, stream: StreamState | None = None) -> RequestRecord:
     record.end_ns = _perf_ns()
     record.error_kind = kind
     record.error = message[:1000]

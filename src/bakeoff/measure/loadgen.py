@@ -106,7 +106,7 @@ async def run_plan(
             elif plan.mode == "open":
                 await open_loop(client, plan.requests, tick, max_concurrency=plan.concurrency)
             else:
-                await sessions(client, plan.sessions, plan.concurrency or 1, plan.workload, tick)
+                await sessions(client, plan.sessions, plan.concurrency or 1, plan.workload.temperature, tick)
 
         if spread is None:
             await here()
@@ -245,12 +245,11 @@ async def sessions(
     client: StreamingClient,
     plans: list[SessionPlan],
     concurrency: int,
-    workload: dict[str, object],
+    temperature: float,
     on_record: RecordSink,
 ) -> None:
     """Run conversations, at most ``concurrency`` at once; each turn carries the real history."""
     limit = asyncio.Semaphore(concurrency)
-    temperature = float(workload.get("temperature", 0.0))  # type: ignore[arg-type]
 
     async def conversation(plan: SessionPlan) -> None:
         async with limit:

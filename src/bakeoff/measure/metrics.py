@@ -1,7 +1,8 @@
 """Run summaries from raw request records, exactly as the metric table defines them.
 
 The per-request formulas (TTFT, TTFB, E2E, TPOT, ITL) and the distributions built from
-them live with their glossary text in :mod:`bakeoff.results.metric_table`; this module turns a
+them live in :mod:`bakeoff.results.formulas`, named with their glossary text in
+:mod:`bakeoff.results.metric_table`; this module turns a
 run's records into a :class:`~bakeoff.results.summary.RunSummary`:
 
 - The measured window (:mod:`bakeoff.measure.window`): a closed loop's steady state (ramp and tail
@@ -25,13 +26,12 @@ from dataclasses import dataclass
 
 from bakeoff.measure.slo import Slo
 from bakeoff.measure.window import Bounds, steady_bounds, whole_run
-from bakeoff.results.metric_table import (
+from bakeoff.results.formulas import (
     NS_PER_MS,
     coalesced_gaps,
     e2e_ms,
     itl_ms,
     itl_per_token_ms,
-    latency_block,
     nearest_rank,
     stats,
     tpot_ms,
@@ -39,6 +39,7 @@ from bakeoff.results.metric_table import (
     ttfb_ms,
     ttft_ms,
 )
+from bakeoff.results.metric_table import latency_block
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.summary import (
     Chunking,

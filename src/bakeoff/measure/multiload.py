@@ -128,7 +128,7 @@ class Share:
     concurrency: int = 1
     max_concurrency: int | None = None
     duration_s: float | None = None
-    workload: dict[str, object] = field(default_factory=dict)
+    temperature: float = 0.0  # sessions: the workload's sampling temperature, the one field a turn needs
     steady: Steady | None = None  # closed loop: this worker's part of the ramp and of the window's minimum
     lead_s: float = 0.0  # closed loop: its slots start this far into the ramp, between the others'
     slot_base: int = 0  # its slot numbers in the merged run start here
@@ -159,7 +159,9 @@ def split(plan: RunPlan, n: int, steady: Steady | None = None) -> list[Share]:
         limits = [max(c, 1) if plan.concurrency else None for c in caps]
         return [Share("open", ordered[i::n], max_concurrency=limits[i]) for i in range(n)]
     return [
-        Share("sessions", sessions=plan.sessions[i::n], concurrency=max(caps[i], 1), workload=plan.workload)
+        Share(
+            "sessions", sessions=plan.sessions[i::n], concurrency=max(caps[i], 1), temperature=plan.workload.temperature
+        )
         for i in range(n)
     ]
 
@@ -196,7 +198,7 @@ async def _work(
         elif share.mode == "open":
             await open_loop(client, share.requests, sink, max_concurrency=share.max_concurrency, start_ns=epoch_ns)
         else:
-            await sessions(client, share.sessions, share.concurrency, share.workload, sink)
+            await sessions(client, share.sessions, share.concurrency, share.temperature, sink)
 
 
 def _worker(

@@ -24,8 +24,8 @@ from bakeoff.analysis import verdict
 from bakeoff.analysis.advisor import advise
 from bakeoff.analysis.significance import Decision
 from bakeoff.analysis.verdict import LevelVerdict, WorkloadVerdict
+from bakeoff.report.outcomes import energy_unmeasured
 from bakeoff.report.plots import server_palette
-from bakeoff.report.tables import energy_unmeasured
 from bakeoff.results.layout import is_rehearsal, read_campaign_copy
 
 IDS = ("bakeoff-decision", "bakeoff-answer", "bakeoff-headline-chart", "bakeoff-next")

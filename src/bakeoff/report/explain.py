@@ -20,8 +20,8 @@ from bakeoff.analysis.diagnosis import diagnose_cells
 from bakeoff.analysis.roofline import ENV, campaign_roofline, efficiencies
 from bakeoff.analysis.verdict import campaign_design
 from bakeoff.observe.telemetry_series import LABELS, SERIES_KEY, read_series, with_rates
+from bakeoff.report.frame import REHEARSAL_SUFFIX
 from bakeoff.report.plots import server_palette, telemetry_figure
-from bakeoff.report.tables import REHEARSAL_SUFFIX
 from bakeoff.results.layout import CellResult, is_rehearsal, load_cells, read_campaign_copy
 
 ROOFLINE_NOTE = (

@@ -5,7 +5,7 @@ offered (scheduled) against achieved (completed) request rate, and TTFT and TPOT
 time each request was scheduled, beside the arrival rate that caused them. Latency by
 prefix-sharing class says whether requests whose prefix was sent before are served faster
 (they are when the server's prefix cache works). Designed reuse beside the server's hit
-rate is :func:`bakeoff.report.tables.prefix_cache_table`, as for conversations. Kept apart from
+rate is :func:`bakeoff.report.sweeps.prefix_cache_table`, as for conversations. Kept apart from
 :mod:`bakeoff.report.tables` to keep that module small; the notebook calls both.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bakeoff.results.formulas import NS_PER_MS, shown, tpot_ms, ttft_ms
 from bakeoff.results.layout import load_cells
-from bakeoff.results.metric_table import NS_PER_MS, shown, tpot_ms, ttft_ms
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import RECORDS_PARQUET, read_records
 from bakeoff.results.summary import RunSummary

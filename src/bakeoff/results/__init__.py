@@ -2,7 +2,8 @@
 
 Owns the per-request record (:mod:`.records`), the typed ``summary.json`` (:mod:`.summary`) and
 ``cell.json`` (:mod:`.cell_record`),
-crash-safe run-folder writes (:mod:`.store`), the one metric table (:mod:`.metric_table`) and a
+crash-safe run-folder writes (:mod:`.store`), the one metric table (:mod:`.metric_table`) and
+its formulas (:mod:`.formulas`), and a
 campaign folder's layout read back as typed cells (:mod:`.layout`).
 May import: the leaves (``errors``, ``paths``, ``schema``, ``console``) only.
 """

@@ -11,6 +11,9 @@ the glossary, side by side so the two cannot drift. From this table come:
   :func:`headline_columns`),
 - the glossary (:func:`glossary`).
 
+The formulas themselves, the nearest-rank statistics and the percentile support rule are
+:mod:`bakeoff.results.formulas`; this module holds the rows that name them.
+
 Per-request formulas (peers disagree, so these are bakeoff's own):
 
 - TTFT: request sent -> first chunk carrying generated tokens of any kind, reasoning or
@@ -22,10 +25,10 @@ Per-request formulas (peers disagree, so these are bakeoff's own):
 - TTFB: request sent -> first SSE event of any kind (what some tools call TTFT).
 - E2E: request sent -> end of stream.
 - "Sent" is the scheduled send time where the run had a schedule (open loop, trace replay),
-  so client-side queueing counts (:func:`latency_origin_ns`); the send-time figures are
+  so client-side queueing counts (:func:`~bakeoff.results.formulas.latency_origin_ns`); the send-time figures are
   kept beside them as ``ttft_from_send_ms`` and ``e2e_from_send_ms``.
 - TPOT: (last content chunk - first content chunk) / (output tokens - tokens in the first
-  content chunk), output tokens from the server's usage (:func:`tpot_ms`).
+  content chunk), output tokens from the server's usage (:func:`~bakeoff.results.formulas.tpot_ms`).
 - ITL: gaps between consecutive content chunks; per token: each gap / tokens in its chunk.
 - Percentiles are nearest-rank: every one is a latency some request really had, and SLO
   verdicts compare those against their bounds.
@@ -33,174 +36,33 @@ Per-request formulas (peers disagree, so these are bakeoff's own):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Literal
 
-import numpy as np
-
+from bakeoff.results.formulas import (
+    Samples,
+    e2e_from_send_ms,
+    e2e_ms,
+    itl_ms,
+    itl_per_token_ms,
+    per_gap,
+    per_request,
+    phase_gaps,
+    phase_tpot,
+    reasoned,
+    stats,
+    supported_text,
+    tok_s_per_user,
+    tpot_ms,
+    ttfa_ms,
+    ttfb_ms,
+    ttfr_ms,
+    ttft_from_send_ms,
+    ttft_ms,
+)
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
-from bakeoff.results.summary import PERCENTILES, STAT_LABELS, Latency, RunSummary, Stat, StatName
-
-NS_PER_MS = 1e6
-
-# --- per-request formulas ------------------------------------------------------------------
-
-
-def latency_origin_ns(r: RequestRecord) -> int:
-    """Where a request's latency clock starts: its scheduled send time when it had one.
-
-    Open-loop and trace runs schedule every request; one sent late (a concurrency cap, a
-    client falling behind) has waited since its scheduled time, and that wait belongs in
-    its TTFT and E2E, or the queueing vanishes from them (coordinated omission). The
-    send-time view stays recoverable: ``queue_delay_ms`` is send - scheduled.
-    """
-    return r.scheduled_ns or r.start_ns
-
-
-def ttft_ms(r: RequestRecord) -> float | None:
-    return (r.first_token_ns - latency_origin_ns(r)) / NS_PER_MS if r.first_token_ns else None
-
-
-def ttft_from_send_ms(r: RequestRecord) -> float | None:
-    """TTFT from the moment the request was actually sent (the figure that hides client queueing)."""
-    return (r.first_token_ns - r.start_ns) / NS_PER_MS if r.first_token_ns else None
-
-
-def e2e_from_send_ms(r: RequestRecord) -> float:
-    return (r.end_ns - r.start_ns) / NS_PER_MS
-
-
-def ttfb_ms(r: RequestRecord) -> float | None:
-    return (r.first_event_ns - latency_origin_ns(r)) / NS_PER_MS if r.first_event_ns else None
-
-
-def e2e_ms(r: RequestRecord) -> float:
-    return (r.end_ns - latency_origin_ns(r)) / NS_PER_MS
-
-
-def tpot_ms(r: RequestRecord) -> float | None:
-    """(last content chunk - first content chunk) / (output tokens - tokens in the first chunk).
-
-    It ends at the last content chunk, not at the usage chunk or ``[DONE]`` that follow it,
-    and divides by the tokens generated after the first chunk, which on SGLang and
-    TensorRT-LLM can carry several.
-    """
-    if not r.chunk_ns or not r.first_token_ns:
-        return None
-    first_chunk = r.chunk_tokens[0] if len(r.chunk_tokens) == len(r.chunk_ns) else 1
-    after_first = r.completion_tokens - first_chunk
-    if after_first <= 0:
-        return None
-    return (r.chunk_ns[-1] - r.first_token_ns) / NS_PER_MS / after_first
-
-
-def _first_ms(r: RequestRecord, phase: int) -> float | None:
-    times = r.phase_ns(phase)
-    return (times[0] - latency_origin_ns(r)) / NS_PER_MS if times else None
-
-
-def ttfr_ms(r: RequestRecord) -> float | None:
-    """Time to the first reasoning chunk; None when the request did not reason."""
-    return _first_ms(r, REASONING)
-
-
-def ttfa_ms(r: RequestRecord) -> float | None:
-    """Time to the first answer chunk (equal to TTFT for a request that did not reason)."""
-    return _first_ms(r, ANSWER)
-
-
-def phase_itl_ms(r: RequestRecord, phase: int) -> list[float]:
-    """Gaps between consecutive chunks of one phase (the switch between phases belongs to neither)."""
-    return [(b - a) / NS_PER_MS for a, b in pairwise(r.phase_ns(phase))]
-
-
-def phase_tpot_ms(r: RequestRecord, phase: int) -> float | None:
-    """TPOT within one phase: (its last chunk - its first) / (its tokens - those of its first chunk)."""
-    times, tokens = r.phase_ns(phase), r.phase_tokens(phase)
-    if len(times) < 2 or sum(tokens) - tokens[0] <= 0:
-        return None
-    return (times[-1] - times[0]) / NS_PER_MS / (sum(tokens) - tokens[0])
-
-
-def coalesced_gaps(r: RequestRecord) -> int:
-    """Gaps between content chunks that arrived in the same read (equal timestamps)."""
-    return sum(1 for a, b in pairwise(r.chunk_ns) if a == b)
-
-
-def itl_ms(r: RequestRecord) -> list[float]:
-    ns = r.chunk_ns
-    return [(b - a) / NS_PER_MS for a, b in pairwise(ns)]
-
-
-def itl_per_token_ms(r: RequestRecord) -> list[float]:
-    """Each gap divided by the tokens the later chunk carried (several-token chunks)."""
-    gaps = itl_ms(r)
-    tokens = r.chunk_tokens[1:] if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(gaps)
-    return [g / t for g, t in zip(gaps, tokens, strict=True) if t > 0]
-
-
-def nearest_rank(values: Iterable[float], percentile: float) -> float | None:
-    """The nearest-rank percentile: the smallest sample with at least ``percentile`` % at or below it."""
-    arr = np.fromiter(values, dtype=np.float64)
-    if arr.size == 0:
-        return None
-    return float(np.percentile(arr, percentile, method="inverted_cdf"))
-
-
-def stats(values: Iterable[float]) -> Stat:
-    """n, mean and the standard percentiles (nearest-rank); all None when there are no values."""
-    arr = np.fromiter(values, dtype=np.float64)
-    if arr.size == 0:
-        return Stat()
-    pct = np.percentile(arr, list(PERCENTILES.values()), method="inverted_cdf")
-    return Stat(
-        n=int(arr.size),
-        mean=float(arr.mean()),
-        **{name: float(v) for name, v in zip(PERCENTILES, pct, strict=True)},
-    )
-
-
-# --- samples of each distribution over a run's successful requests -------------------------
-
-Samples = Callable[[list[RequestRecord]], Iterable[float]]
-
-
-def _per_request(formula: Callable[[RequestRecord], float | None]) -> Samples:
-    def samples(ok: list[RequestRecord]) -> Iterator[float]:
-        return (v for v in map(formula, ok) if v is not None)
-
-    return samples
-
-
-def _per_gap(formula: Callable[[RequestRecord], list[float]]) -> Samples:
-    def samples(ok: list[RequestRecord]) -> Iterator[float]:
-        return (g for r in ok for g in formula(r))
-
-    return samples
-
-
-def _tok_s_per_user(ok: list[RequestRecord]) -> Iterator[float]:
-    return (1000.0 / t for t in map(tpot_ms, ok) if t is not None and t > 0)
-
-
-def _reasoned(samples: Samples) -> Samples:
-    """Samples over the requests that reasoned only: elsewhere the phase figures do not exist."""
-
-    def only(ok: list[RequestRecord]) -> Iterable[float]:
-        return samples([r for r in ok if r.reasons])
-
-    return only
-
-
-def _phase_gaps(phase: int) -> Samples:
-    return _per_gap(lambda r: phase_itl_ms(r, phase))
-
-
-def _phase_tpot(phase: int) -> Samples:
-    return _per_request(lambda r: phase_tpot_ms(r, phase))
-
+from bakeoff.results.summary import STAT_LABELS, Latency, RunSummary, Stat, StatName
 
 # --- the table ----------------------------------------------------------------------------
 
@@ -330,7 +192,7 @@ METRICS: tuple[Metric, ...] = (
         "(`reasoning` / `reasoning_content`), so TTFT is the time to the first token of any kind: the answer's "
         "first token is TTFA. For a model that does not reason both are the first content chunk.",
         "TTFT {stat} ms",
-        _per_request(ttft_ms),
+        per_request(ttft_ms),
         headline=("p50", "p99"),
     ),
     _distribution(
@@ -338,7 +200,7 @@ METRICS: tuple[Metric, ...] = (
         "TTFR",
         "reasoning models: request sent → first chunk of reasoning (thinking) tokens; over the requests that reasoned.",
         "TTFR {stat} ms",
-        _reasoned(_per_request(ttfr_ms)),
+        reasoned(per_request(ttfr_ms)),
         frame=("p50", "p99"),
         conditional=True,
     ),
@@ -348,7 +210,7 @@ METRICS: tuple[Metric, ...] = (
         "reasoning models: request sent → first chunk of answer (`content`) tokens, after the whole reasoning "
         "phase: what a user waiting for the answer sees; over the requests that reasoned (elsewhere it is TTFT).",
         "TTFA {stat} ms",
-        _reasoned(_per_request(ttfa_ms)),
+        reasoned(per_request(ttfa_ms)),
         headline=("p50", "p99"),
         conditional=True,
     ),
@@ -358,7 +220,7 @@ METRICS: tuple[Metric, ...] = (
         "request actually sent → first content chunk: TTFT without the wait for a free slot; equal to TTFT "
         "where there is no schedule (closed loop).",
         "TTFT-from-send {stat} ms",
-        _per_request(ttft_from_send_ms),
+        per_request(ttft_from_send_ms),
         frame=("p50", "p99"),
     ),
     _distribution(
@@ -366,7 +228,7 @@ METRICS: tuple[Metric, ...] = (
         "TTFB",
         "request sent → first stream event of any kind (what some tools report as TTFT).",
         "TTFB {stat} ms",
-        _per_request(ttfb_ms),
+        per_request(ttfb_ms),
     ),
     _distribution(
         "tpot_ms",
@@ -377,7 +239,7 @@ METRICS: tuple[Metric, ...] = (
         "several-token first chunk as one; GuideLLM's TPOT spreads the whole request latency (TTFT included) "
         'over all output tokens; AIPerf calls this figure "ITL" (its per-chunk gap is bakeoff\'s ITL).',
         "TPOT {stat} ms",
-        _per_request(tpot_ms),
+        per_request(tpot_ms),
         headline=("p50", "p99"),
     ),
     _distribution(
@@ -385,7 +247,7 @@ METRICS: tuple[Metric, ...] = (
         "ITL",
         "gap between consecutive content chunks.",
         "ITL {stat} ms",
-        _per_gap(itl_ms),
+        per_gap(itl_ms),
         headline=("p99",),
     ),
     _distribution(
@@ -394,7 +256,7 @@ METRICS: tuple[Metric, ...] = (
         "reasoning models: gap between consecutive reasoning chunks (the switch to the answer belongs to neither "
         "phase).",
         "ITL-reasoning {stat} ms",
-        _reasoned(_phase_gaps(REASONING)),
+        reasoned(phase_gaps(REASONING)),
         frame=("p50", "p99"),
         conditional=True,
     ),
@@ -403,7 +265,7 @@ METRICS: tuple[Metric, ...] = (
         "ITL answer",
         "reasoning models: gap between consecutive answer chunks.",
         "ITL-answer {stat} ms",
-        _reasoned(_phase_gaps(ANSWER)),
+        reasoned(phase_gaps(ANSWER)),
         frame=("p50", "p99"),
         conditional=True,
     ),
@@ -413,7 +275,7 @@ METRICS: tuple[Metric, ...] = (
         "reasoning models: (last reasoning chunk − first reasoning chunk) / (reasoning tokens − those of the "
         "first reasoning chunk).",
         "TPOT-reasoning {stat} ms",
-        _reasoned(_phase_tpot(REASONING)),
+        reasoned(phase_tpot(REASONING)),
         frame=("p50", "p99"),
         conditional=True,
     ),
@@ -423,7 +285,7 @@ METRICS: tuple[Metric, ...] = (
         "reasoning models: (last answer chunk − first answer chunk) / (answer tokens − those of the first answer "
         "chunk).",
         "TPOT-answer {stat} ms",
-        _reasoned(_phase_tpot(ANSWER)),
+        reasoned(phase_tpot(ANSWER)),
         frame=("p50", "p99"),
         conditional=True,
     ),
@@ -432,7 +294,7 @@ METRICS: tuple[Metric, ...] = (
         "ITL per token",
         "each ITL gap divided by the tokens in the chunk that ended it (several-token chunks).",
         "ITL/token {stat} ms",
-        _per_gap(itl_per_token_ms),
+        per_gap(itl_per_token_ms),
         frame=(),
     ),
     _distribution(
@@ -440,7 +302,7 @@ METRICS: tuple[Metric, ...] = (
         "E2E",
         "request sent (open loop, trace: its scheduled time) → end of the stream.",
         "E2E {stat} ms",
-        _per_request(e2e_ms),
+        per_request(e2e_ms),
         headline=("p99",),
     ),
     _distribution(
@@ -448,7 +310,7 @@ METRICS: tuple[Metric, ...] = (
         "E2E from send",
         "request actually sent → end of the stream: E2E without the wait for a free slot.",
         "E2E-from-send {stat} ms",
-        _per_request(e2e_from_send_ms),
+        per_request(e2e_from_send_ms),
         frame=("p50", "p99"),
     ),
     _distribution(
@@ -456,7 +318,7 @@ METRICS: tuple[Metric, ...] = (
         "tok/s per user",
         "1000 / TPOT ms: the decode speed one user sees.",
         "tok/s/user {stat}",
-        _tok_s_per_user,
+        tok_s_per_user,
         unit="tok/s",
         better="higher",
         frame=("p50",),
@@ -691,48 +553,6 @@ def headline_columns() -> dict[str, str]:
         for stat in metric.headline_stats:
             labels[f"{metric.key}_{stat}"] = metric.column.format(stat=STAT_LABELS[stat])
     return labels
-
-
-def highest_supported(dist: Stat) -> StatName | None:
-    """The highest percentile ``dist``'s sample supports (P90 at n=24), or None when it supports none."""
-    found: StatName | None = None
-    for name in PERCENTILES:
-        if dist.supported(name) and dist.value(name) is not None:
-            found = name
-    return found
-
-
-def needed_samples(name: StatName) -> int:
-    """The fewest samples that support percentile ``name`` (P99: 100)."""
-    return max(1, round(100.0 / (100.0 - PERCENTILES[name]))) if name in PERCENTILES else 1
-
-
-def supported_text(dist: Stat, stat: StatName, digits: int = 2) -> str:
-    """What a table shows in place of a percentile ``dist``'s sample does not support: the highest one it does.
-
-    ``P90 41.20 (n=24; P99 needs ≥100)``: the one support rule, said the same in the report's
-    tables and bench's terminal; ``unsupported (n=1)`` when no percentile is supported, and
-    ``unsupported`` when the distribution is not a measurement at all (coalesced chunks).
-    """
-    if dist.unsupported is not None:
-        return "unsupported"
-    best = highest_supported(dist)
-    if best is None or PERCENTILES.get(best, 0.0) >= PERCENTILES.get(stat, 0.0):
-        return f"unsupported (n={dist.n})"
-    return (
-        f"{STAT_LABELS[best]} {dist.value(best):,.{digits}f} "
-        f"(n={dist.n}; {STAT_LABELS[stat]} needs ≥{needed_samples(stat)})"
-    )
-
-
-def shown(dist: Stat, stat: StatName) -> float | str | None:
-    """A table cell for ``stat`` of ``dist``: the number where the sample supports it, else :func:`supported_text`.
-
-    None where there is no sample at all (a class no request fell in).
-    """
-    if dist.n == 0 and dist.unsupported is None:
-        return None
-    return dist.value(stat) if dist.supported(stat) else supported_text(dist, stat)
 
 
 def unsupported_figures(summary: RunSummary) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator
 
@@ -52,9 +52,10 @@ class WorkloadBase(Strict):
 
     def plans(self, builder: PlanBuilder) -> list[RunPlan]:
         """Every run plan of this workload, from its seed: the same plans on every call."""
-        return self._plans(builder, random.Random(self.seed), self.model_dump(mode="json"))
+        return self._plans(builder, random.Random(self.seed), self)
 
-    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
+        # ``spec`` is the workload itself: each plan carries it typed (RunPlan.workload).
         raise NotImplementedError(f"workload kind {type(self).__name__} makes no plans")
 
     def cost(self) -> WorkloadCost:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from bakeoff.workloads.base import Endpoint, SampledLengths, WorkloadBase, WorkloadCost
 from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, rehearsal_length
@@ -77,7 +77,7 @@ class ConcurrencySweep(SampledLengths):
             need = max(4 * need, 64 * concurrency)
         return need
 
-    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
 
         plans = []
         for level in self.levels:
@@ -136,7 +136,7 @@ class OpenLoop(SampledLengths):
     search_steps: Annotated[int, Field(ge=1, le=12)] = 4
     search_tolerance: Annotated[float, Field(gt=0)] = 0.15
 
-    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
 
         plans = []
         for index, rate in enumerate(self.rates):
@@ -188,7 +188,7 @@ class MultiTurn(WorkloadBase):
     warmup_requests: Annotated[int, Field(ge=0)] = 0
     verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
 
-    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
 
         system = builder.prompts.text(self.system_prompt_len, rng)
         sessions = [
@@ -246,7 +246,7 @@ class LongPromptMix(WorkloadBase):
     long_input_len: Annotated[int, Field(gt=0)] = 8000
     long_output_len: Annotated[int, Field(gt=0)] = 8
 
-    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
 
         times = arrival_times(self.short_requests, self.short_rate, "constant", 1.0, self.seed)
         requests: list[PlannedRequest] = []
@@ -284,7 +284,7 @@ class LongPromptMix(WorkloadBase):
 class Trace(TraceSpec):
     """Replay a production trace open loop: its arrivals (scaled), lengths and shared prefixes."""
 
-    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
 
         planned = plan_trace(self, builder.prompts, builder.context_limit)
         requests = [
@@ -326,3 +326,5 @@ class Trace(TraceSpec):
 
 
 Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace, Field(discriminator="kind")]
+# Reads a stored plan's workload back as its kind (RunPlan.from_json).
+WORKLOAD: TypeAdapter[Workload] = TypeAdapter(Workload)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import orjson
@@ -20,6 +20,9 @@ from bakeoff.errors import SpecError
 from bakeoff.workloads.lengths import LengthDist, sample_length
 from bakeoff.workloads.prompts import PromptFactory
 from bakeoff.workloads.traces.rows import reused_tokens
+
+if TYPE_CHECKING:  # the kinds make plans with this module's builder: a runtime import would be a cycle
+    from bakeoff.workloads.kinds import Workload
 
 
 class RequestShape(Protocol):
@@ -83,7 +86,7 @@ class RunPlan:
 
     name: str
     mode: Mode
-    workload: dict[str, Any]
+    workload: Workload  # the workload as the campaign gave it, typed; stored as its JSON dump
     concurrency: int | None = None
     rate: float | None = None
     duration_s: float | None = None
@@ -102,7 +105,9 @@ class RunPlan:
     trace: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2)
+        data = asdict(self)
+        data["workload"] = self.workload.model_dump(mode="json")  # the bytes plans were always stored as
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2)
 
     @classmethod
     def from_json(cls, data: bytes) -> RunPlan:
@@ -110,6 +115,9 @@ class RunPlan:
         raw["warmup"] = [PlannedRequest(**r) for r in raw["warmup"]]
         raw["requests"] = [PlannedRequest(**r) for r in raw["requests"]]
         raw["sessions"] = [SessionPlan(**s) for s in raw["sessions"]]
+        from bakeoff.workloads.kinds import WORKLOAD  # deferred: kinds imports this module
+
+        raw["workload"] = WORKLOAD.validate_python(raw["workload"])
         return cls(**raw)
 
 
