@@ -175,6 +175,20 @@ class _Stream:
             self.event_ns.append(now)
         return None
 
+    def on_waited_events(self, payloads: list[bytes], stamps: list[int]) -> str | None:
+        """:meth:`on_timed_events` for reads that waited: kept in two list extends, no loop.
+
+        A read waits only when it holds no error mark and ends an event, so no error object
+        can be among them, nor span two of them; ``[DONE]`` can, and takes the general path.
+        """
+        if not payloads or DONE in payloads:
+            return self.on_timed_events(payloads, stamps)
+        if self.record.first_event_ns == 0:
+            self.record.first_event_ns = stamps[0]
+        self.events += payloads
+        self.event_ns += stamps
+        return None
+
     def replay(self) -> str | None:
         """Parse the kept events into the record; return the error of a broken chunk."""
         record = self.record
@@ -288,9 +302,9 @@ class _Connection(asyncio.BufferedProtocol):
             # whole chunk), are taken together; otherwise, and the last read, one by one.
             waited = reads[i:last]
             chunks = parser.whole_chunks(waited)
-            payloads = stream.decoder.single_events(chunks) if chunks is not None else None
-            if payloads is not None:
-                error = stream.on_timed_events(payloads, stamps[i:last])
+            payloads = stream.decoder.single_events(chunks[0]) if chunks is not None else None
+            if chunks is not None and payloads is not None:
+                error = stream.on_waited_events(payloads, list(map(stamps[i:last].__getitem__, chunks[1])))
                 stream.parsed = i = last
                 if error is not None:
                     self.resolve(_Failure("protocol", error))
