@@ -5,6 +5,8 @@ client and closed-loop load generator at several concurrency levels and reports,
 
 - client CPU microseconds per content chunk: process CPU time of this process (the client
   alone; the server runs elsewhere) over the measured phase, divided by chunks received;
+  every record goes to a run journal as it finishes, as in a campaign run, so the figure
+  holds all a run does while it runs;
 - timing error: measured mean TTFT and TPOT against the configured values, in percent;
 - the server's own schedule lateness and CPU, to tell client error from server error;
 - with ``--aiohttp``, the CPU per chunk of a plain aiohttp client (its stream reader,
@@ -33,9 +35,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
@@ -47,6 +52,7 @@ from bakeoff.measure.metrics import itl_ms, tpot_ms, ttft_ms
 from bakeoff.observe.telemetry import parse_prometheus
 from bakeoff.ref.options import MODEL
 from bakeoff.results.records import RequestRecord
+from bakeoff.results.store import RecordJournal
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest
 
@@ -82,11 +88,22 @@ async def drive(settings: ClientSettings, level: int, count: int, max_tokens: in
         replace(item, max_tokens=1 + i * max_tokens // level)
         for i, item in enumerate(requests_for(level, max_tokens, -level))
     ]
-    async with StreamingClient(settings) as client:
-        cpu_start = time.process_time()
-        await closed_loop(client, lead_in + requests_for(count, max_tokens, 0), level, records.append)
-        cpu = time.process_time() - cpu_start
+    with tempfile.TemporaryDirectory() as tmp, RecordJournal(Path(tmp) / "records.jsonl") as journal:
+        async with StreamingClient(settings) as client:
+            cpu_start = time.process_time()
+            await closed_loop(client, lead_in + requests_for(count, max_tokens, 0), level, _sink(records, journal))
+            cpu = time.process_time() - cpu_start
     return records, cpu
+
+
+def _sink(records: list[RequestRecord], journal: RecordJournal) -> Callable[[RequestRecord], None]:
+    """Keep each record and journal it, as a campaign run's sink does while the load runs."""
+
+    def keep(record: RequestRecord) -> None:
+        records.append(record)
+        journal.append(record)
+
+    return keep
 
 
 class _NullReader(asyncio.BufferedProtocol):
@@ -169,8 +186,9 @@ async def drive_aiohttp(base_url: str, level: int, count: int, max_tokens: int) 
 async def drive_plain(base_url: str, level: int, count: int, max_tokens: int) -> int:
     """``count`` requests at ``level`` in flight, all started together as vLLM bench starts them."""
     records: list[RequestRecord] = []
-    async with StreamingClient(ClientSettings(base_url=base_url, model=MODEL)) as client:
-        await closed_loop(client, requests_for(count, max_tokens, 0), level, records.append)
+    with tempfile.TemporaryDirectory() as tmp, RecordJournal(Path(tmp) / "records.jsonl") as journal:
+        async with StreamingClient(ClientSettings(base_url=base_url, model=MODEL)) as client:
+            await closed_loop(client, requests_for(count, max_tokens, 0), level, _sink(records, journal))
     if not all(r.ok for r in records):
         raise SystemExit(f"{sum(not r.ok for r in records)} of {count} requests failed")
     return len(records)

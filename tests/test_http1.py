@@ -151,16 +151,26 @@ def test_whole_chunks_reads_one_chunk_a_read_as_feed_does() -> None:
     batch, single = ResponseParser(), ResponseParser()
     batch.feed(HEAD)
     single.feed(HEAD)
-    assert batch.whole_chunks(reads) == [single.feed(r) for r in reads]
+    assert batch.whole_chunks(reads) == ([single.feed(r) for r in reads], [0, 1, 2])
     # Whole chunks leave the parser at a chunk start: the end is read as usual.
     assert batch.feed(b"0\r\n\r\n") == b"" and batch.complete
+
+
+def test_whole_chunks_says_which_read_each_chunk_came_in() -> None:
+    # A loaded client finds several chunks queued in one read: each is stamped with that read.
+    reads = [b"9\r\ndata: a\n\n\r\n9\r\ndata: b\n\n\r\n", b"9\r\ndata: c\n\n\r\n", b"9\r\ndata: d\n\n\r\n" * 3]
+    parser = ResponseParser()
+    parser.feed(HEAD)
+    chunks = parser.whole_chunks(reads)
+    assert chunks == ([b"data: a\n\n", b"data: b\n\n", b"data: c\n\n"] + [b"data: d\n\n"] * 3, [0, 0, 1, 2, 2, 2])
+    assert parser.feed(b"0\r\n\r\n") == b"" and parser.complete
 
 
 @pytest.mark.parametrize(
     "reads",
     [
-        [b"9\r\ndata: a\n\n\r\n9\r\ndata: b\n\n\r\n"],  # two chunks in one read
         [b"9\r\ndata: a", b"\n\n\r\n"],  # one chunk over two reads
+        [b"9\r\ndata: a\n\n\r\n9\r\ndata:", b" b\n\n\r\n"],  # the second of a read's chunks over two
         [b"9\r\ndata: a\n\n\r\n", b"0\r\n\r\n"],  # the last chunk
         [b"0x9\r\ndata: a\n\n\r\n"],  # a size int() takes and HTTP does not
         [b"+9\r\ndata: a\n\n\r\n"],

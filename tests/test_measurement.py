@@ -490,6 +490,44 @@ def test_a_stream_in_pieces_is_read_whole_with_each_event_at_its_own_read() -> N
     assert record.first_event_ns < record.first_token_ns == record.chunk_ns[0] < record.end_ns
 
 
+class QueuedStream(PiecemealStream):
+    """Sends two chunks in one write, as a server's chunks queue up while a loaded client is busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def event(text: str, finish: str | None = None) -> bytes:
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+            return _chunk(b"data: " + orjson.dumps({"object": "text_completion", "choices": [choice]}) + b"\n\n")
+
+        usage = {"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": 4}}
+        self.writes = [
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + event(""),
+            event(" a") + event(" b"),  # one read, two chunks: both stamped when it arrived
+            event(" c"),
+            event(" d", "length") + _chunk(b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n",
+        ]
+
+
+def test_chunks_queued_in_one_read_share_its_stamp() -> None:
+    """The batch path takes a read of several whole chunks: each event keeps the stamp of the read it came in."""
+    server = QueuedStream()
+
+    async def drive() -> RequestRecord:
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
+        item = planned(1, 4)[0]
+        async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}", stall_timeout_s=2)) as client:
+            return await client.send(item, RequestRecord(item.request_id))
+
+    record = asyncio.run(drive())
+    assert record.ok, record.error
+    assert record.output_text == " a b c d" and record.completion_tokens == 4 and record.chunk_tokens == [1] * 4
+    a, b, c, d = record.chunk_ns
+    assert a == b < c < d <= record.end_ns
+    assert record.first_event_ns < record.first_token_ns == a
+
+
 def test_invalid_base_url_is_a_spec_error() -> None:
     async def enter() -> None:
         async with StreamingClient(settings("ftp://127.0.0.1:1")):

@@ -44,6 +44,16 @@ def test_journal_skips_a_torn_last_line_and_parquet_round_trips(tmp_path: Path) 
     assert read_records(tmp_path / "records.parquet") == records
 
 
+def test_journal_line_is_the_records_row(tmp_path: Path) -> None:
+    # The journal serializes the record directly (no to_row() copy): the same line, field for field.
+    full = record(4, ok=False)
+    full.chunk_phase, full.reasoning_tokens, full.reasoning_source, full.cached_tokens = [0, 1], 1, "server", 3
+    with RecordJournal(tmp_path / "records.jsonl") as journal:
+        journal.append(full)
+    line = (tmp_path / "records.jsonl").read_bytes()
+    assert json.loads(line) == full.to_row() and read_journal(tmp_path / "records.jsonl") == [full]
+
+
 def test_salvage_finishes_an_interrupted_run(tmp_path: Path) -> None:
     run = tmp_path / "cells" / "a__w" / "runs" / "c4"
     with RecordJournal(run / "records.jsonl") as journal:

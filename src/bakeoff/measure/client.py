@@ -167,9 +167,9 @@ class _Connection(asyncio.BufferedProtocol):
             # whole chunk), are taken together; otherwise, and the last read, one by one.
             waited = reads[i:last]
             chunks = parser.whole_chunks(waited)
-            payloads = stream.decoder.single_events(chunks) if chunks is not None else None
-            if payloads is not None:
-                error = stream.on_timed_events(payloads, stamps[i:last])
+            payloads = stream.decoder.single_events(chunks[0]) if chunks is not None else None
+            if chunks is not None and payloads is not None:
+                error = stream.on_waited_events(payloads, list(map(stamps[i:last].__getitem__, chunks[1])))
                 stream.parsed = i = last
                 if error is not None:
                     self.resolve(RequestFailure("protocol", error))

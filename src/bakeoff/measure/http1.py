@@ -10,7 +10,8 @@ upgrades; informational ``1xx`` responses are skipped.
 
 from __future__ import annotations
 
-from itertools import repeat
+from bisect import bisect_left
+from itertools import accumulate, repeat
 from typing import Literal
 
 HEADER_LIMIT = 1 << 16
@@ -79,20 +80,22 @@ class ResponseParser:
             return body
         return data
 
-    def whole_chunks(self, reads: list[bytes]) -> list[bytes] | None:
-        """The data of each of ``reads`` when each is exactly one whole non-final chunk; else None.
+    def whole_chunks(self, reads: list[bytes]) -> tuple[list[bytes], list[int]] | None:
+        """Every chunk's data in ``reads`` and the read it is in, when each read holds whole chunks; else None.
 
-        The batch form of the one-chunk-a-read fast path, for reads parsed after they
-        arrived: a few passes over all of them at once instead of a call per read. Whole
-        chunks leave the parser where it was (at a chunk start), so it is not changed;
-        with None the reads go through :meth:`feed` one by one.
+        The batch form of the whole-chunk fast path, for reads parsed after they arrived: a
+        few passes over all of them at once instead of a call per read. A loaded client
+        finds several chunks in one read (they queued in the kernel meanwhile), so a read may
+        hold any number of whole chunks, as long as none spans two reads. Whole chunks leave
+        the parser where it was (at a chunk start), so it is not changed; with None the reads
+        go through :meth:`feed` one by one.
         """
         if not (self.headers_done and self._framing == "chunked" and self._state == _SIZE) or self._buf:
             return None
         parts = b"".join(reads).split(b"\r\n")
-        # Size line, data, size line, data ... then the empty rest after the last CRLF; data
-        # holding a CRLF of its own splits further and is left to feed().
-        if len(parts) != 2 * len(reads) + 1 or parts[-1]:
+        # Size line, data, size line, data ... then the empty rest after the last CRLF. Data
+        # holding a CRLF of its own splits short of its declared size and is left to feed().
+        if not len(parts) % 2 or parts[-1]:
             return None
         sizes, data = parts[0:-1:2], parts[1::2]
         if not all(sizes) or max(map(len, sizes)) > _SIZE_DIGITS or b"".join(sizes).translate(None, _HEX):
@@ -100,10 +103,14 @@ class ResponseParser:
         lengths = list(map(int, sizes, repeat(16)))
         if 0 in lengths or lengths != list(map(len, data)):
             return None
-        # Every read one chunk: its size line, its data and two CRLFs.
-        if list(map(len, reads)) != [len(size) + n + 4 for size, n in zip(sizes, lengths, strict=True)]:
-            return None
-        return data
+        # Where each chunk (size line, data, two CRLFs) and each read end in the joined bytes.
+        chunk_ends = list(accumulate(len(size) + n + 4 for size, n in zip(sizes, lengths, strict=True)))
+        read_ends = list(accumulate(map(len, reads)))
+        if read_ends == chunk_ends:  # one chunk a read, as an idle client reads them
+            return data, list(range(len(reads)))
+        if not set(read_ends).issubset(chunk_ends):
+            return None  # a chunk split over two reads
+        return data, [bisect_left(read_ends, end) for end in chunk_ends]
 
     def feed_eof(self) -> None:
         """The peer closed; a close-delimited body ends here, any other is truncated."""

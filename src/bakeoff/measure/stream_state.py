@@ -97,6 +97,20 @@ class StreamState:
             self.event_ns.append(now)
         return None
 
+    def on_waited_events(self, payloads: list[bytes], stamps: list[int]) -> str | None:
+        """:meth:`on_timed_events` for reads that waited: kept in two list extends, no loop.
+
+        A read waits only when it holds no error mark and ends an event, so no error object
+        can be among them, nor span two of them; ``[DONE]`` can, and takes the general path.
+        """
+        if not payloads or DONE in payloads:
+            return self.on_timed_events(payloads, stamps)
+        if self.record.first_event_ns == 0:
+            self.record.first_event_ns = stamps[0]
+        self.events += payloads
+        self.event_ns += stamps
+        return None
+
     def replay(self) -> str | None:
         """Parse the kept events into the record; return the error of a broken chunk."""
         record = self.record
