@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from bakeoff.analysis import saturation, verdict
-from bakeoff.campaign import quality, resume
+from bakeoff.campaign import quality, resume, soak
 from bakeoff.campaign.cells import Cell, expand, plans_dir, prepare
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
@@ -77,7 +77,7 @@ from bakeoff.serving.preflight import PreflightResult
 from bakeoff.serving.process import ServerHandle, reap_leftovers
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.trtllm_log import read_pytorch_build
-from bakeoff.workloads.kinds import OpenLoop
+from bakeoff.workloads.kinds import OpenLoop, Soak
 from bakeoff.workloads.plan_store import load_plans
 from bakeoff.workloads.plans import RunPlan
 from bakeoff.workloads.prompts import load_tokenizer
@@ -289,7 +289,10 @@ def _run_plans(
 
     def execute(plan: RunPlan) -> RunSummary:
         cache = server.prepare(plan)  # may restart the server: take the handle after it
-        handle, _ = server.current()
+        handle, launch = server.current()
+        if isinstance(cell.workload, Soak):  # its weights and KV pool, beside the memory series
+            model_dir = cell.server.model_path or resolve_model(spec.model).local_dir
+            soak.write_account(cell.backend, handle, launch, model_dir, cell_dir / "runs" / plan.name, cell.headers)
         settings = client_settings(cell, handle, count_tokens)
         server_info = {**effort["server"], "base_url": handle.base_url, "startup_s": handle.startup_s}
         watch = lambda: watch_for(handle)  # noqa: E731 - a fresh watch per run

@@ -1,0 +1,57 @@
+"""Soak runs: the trend test on planted series, and a soak against the reference server.
+
+The planted pair: the reference server with TTFT growing by 20 ms per second of uptime
+(``ttft_growth_ms_per_s``) and the same server flat; the trend test must call the first
+drifting and the second flat.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bakeoff.analysis.drift import trend
+from bakeoff.analysis.soak import P99_TTFT, soak_result
+from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.measure.client import ClientSettings
+from bakeoff.serving.backends import load_backend
+from bakeoff.serving.reference import serve_reference
+from bakeoff.workloads.kinds import Soak
+from bakeoff.workloads.plans import PlanBuilder
+
+
+def test_the_trend_test_needs_its_interval_beyond_the_margin() -> None:
+    times = [float(t) for t in range(8)]
+    assert trend("x", "ms", times, [100 + 10 * t for t in times], margin=10).verdict == "drifting"
+    assert trend("x", "ms", times, [100.0, 101, 99, 100, 101, 99, 100, 100], margin=10).verdict == "flat"
+    noisy = [100.0, 160, 90, 170, 95, 150, 100, 180]
+    assert trend("x", "ms", times, noisy, margin=5).verdict == "undecided"
+    assert trend("x", "ms", times[:2], [1.0, 2.0], margin=1).verdict == "too few windows"
+
+
+def test_a_soak_needs_a_load_and_enough_windows() -> None:
+    with pytest.raises(ValueError, match="'rate'"):
+        Soak(duration_s=60, window_s=10, input_len=16, output_len=4)
+    with pytest.raises(ValueError, match="fewer than 3 windows"):
+        Soak(duration_s=30, window_s=10, rate=1.0, input_len=16, output_len=4)
+
+
+def _soak(url: str, builder: PlanBuilder, run_dir: Path) -> str:
+    wl = Soak(duration_s=6, window_s=1, rate=12.0, arrival="constant", input_len=16, output_len=4, warmup_requests=0)
+    (plan,) = builder.build(wl)
+    target = RunTarget(ClientSettings(url, "bakeoff-ref"), load_backend("vllm-cpu"), show_progress=False)
+    execute_plan(plan, target, run_dir)
+    result = soak_result(run_dir)
+    assert result is not None and len(result.windows) == 6
+    assert all(w.ttft_n >= 10 and w.output_tok_s > 0 for w in result.windows)
+    found = result.trend_of(P99_TTFT)
+    assert found is not None
+    return found.verdict
+
+
+def test_planted_drift_is_called_drifting_and_a_flat_server_flat(builder: PlanBuilder, tmp_path: Path) -> None:
+    with serve_reference(ttft_ms=100, itl_ms=2, ttft_growth_ms_per_s=20) as url:
+        assert _soak(url, builder, tmp_path / "drifting") == "drifting"
+    with serve_reference(ttft_ms=100, itl_ms=2) as url:
+        assert _soak(url, builder, tmp_path / "flat") == "flat"
