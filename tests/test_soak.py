@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.analysis.advisor import Spent, Step, soak_plan
 from bakeoff.analysis.drift import trend
-from bakeoff.analysis.soak import P99_TTFT, soak_result
+from bakeoff.analysis.soak import P99_TTFT, SoakResult, SoakWindow, judge, soak_result
+from bakeoff.analysis.soak_advice import SoakCell
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
+from bakeoff.results.layout import CellResult
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.kinds import Soak
@@ -55,3 +58,43 @@ def test_planted_drift_is_called_drifting_and_a_flat_server_flat(builder: PlanBu
         assert _soak(url, builder, tmp_path / "drifting") == "drifting"
     with serve_reference(ttft_ms=100, itl_ms=2) as url:
         assert _soak(url, builder, tmp_path / "flat") == "flat"
+
+
+def _soaked(unaccounted_mib: list[float], knobs: dict[str, object]) -> SoakCell:
+    """A soak read back with a planted unaccounted-memory series (one window per 15 s)."""
+    mib = 2**20
+    wins = [
+        SoakWindow(
+            index=i,
+            start_s=15.0 * i,
+            end_s=15.0 * (i + 1),
+            sent=20,
+            output_tok_s=100.0,
+            req_s=1.0,
+            memory_bytes=2048.0 * mib,
+            unaccounted_bytes=u * mib,
+        )
+        for i, u in enumerate(unaccounted_mib)
+    ]
+    trends = judge(wins, settle_windows=1, latency_margin=0.1, memory_margin=0.02)
+    result = SoakResult(window_s=15.0, settle_windows=1, windows=wins, trends=trends)
+    workload = Soak(duration_s=120, window_s=15, rate=2.0, input_len={"min": 32, "max": 900}, output_len=100)
+    server = {"label": "vllm", "backend": "vllm-cpu", "knobs": knobs}
+    cell = CellResult(Path("."), server, "vllm-cpu", "soak", 1, "ok", {}, {}, {})
+    return SoakCell(cell, workload, result)
+
+
+def test_the_advisor_caps_the_context_only_when_memory_drifts() -> None:
+    backend = load_backend("vllm-cpu")
+    # 8 MiB more unaccounted each window (the margin is 2% of 2 GiB, about 41 MiB over the soak).
+    drifting = soak_plan(_soaked([500 + 8.0 * i + (i % 2) for i in range(8)], {}), backend)
+    assert isinstance(drifting, Step), drifting
+    # The longest request: 900 prompt + 100 output tokens; +20%.
+    assert (drifting.stage, drifting.knob, drifting.current) == ("context", "max_model_len", None)
+    assert drifting.proposed == 1200
+    assert "drifting" in drifting.markdown()
+    flat = soak_plan(_soaked([500.0 + (i % 2) for i in range(8)], {}), backend)
+    assert isinstance(flat, Spent) and "flat" in flat.markdown()
+    # Drifting, but capped at the need already: nothing to propose.
+    capped = soak_plan(_soaked([500 + 8.0 * i for i in range(8)], {"max_model_len": 1200}), backend)
+    assert isinstance(capped, Spent) and "already" in capped.markdown()
