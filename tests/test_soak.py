@@ -1,8 +1,10 @@
 """Soak runs: the trend test on planted series, and a soak against the reference server.
 
-The planted pair: the reference server with TTFT growing by 20 ms per second of uptime
+The planted pair: the reference server with TTFT growing by 40 ms per second of uptime
 (``ttft_growth_ms_per_s``) and the same server flat; the trend test must call the first
-drifting and the second flat.
+drifting and the second flat. Eight 1-s windows (seven judged) at a 20% margin: with six
+windows a window's P99 (its maximum of 12) delayed by a busy 2-core host left the interval
+undecided in 2 of 5 runs (flat side) and 1 of 3 at 20 ms/s (drifting side); as here, 6 of 6 passed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.analysis.advisor import Spent, Step, soak_plan
-from bakeoff.analysis.drift import trend
+from bakeoff.analysis.drift import Trend, trend
 from bakeoff.analysis.soak import P99_TTFT, SoakResult, SoakWindow, judge, soak_result
 from bakeoff.analysis.soak_advice import SoakCell
 from bakeoff.campaign.runner import RunTarget, execute_plan
@@ -42,24 +44,32 @@ def test_a_soak_needs_a_load_and_enough_windows() -> None:
         Soak(duration_s=30, window_s=10, rate=1.0, input_len=16, output_len=4)
 
 
-def _soak(url: str, builder: PlanBuilder, run_dir: Path) -> str:
-    wl = Soak(duration_s=6, window_s=1, rate=12.0, arrival="constant", input_len=16, output_len=4, warmup_requests=0)
+def _soak(url: str, builder: PlanBuilder, run_dir: Path) -> Trend:
+    # A margin of 20% of the mean P99: a 12-request window's P99 is its maximum, so one request held up
+    # by the host moves it; the planted drift is 40 ms/s x 6 s = +240 ms, far beyond either margin.
+    wl = Soak(duration_s=8, window_s=1, rate=12.0, arrival="constant", input_len=16, output_len=4,
+              warmup_requests=0, latency_margin=0.2)  # fmt: skip
     (plan,) = builder.build(wl)
     target = RunTarget(ClientSettings(url, "bakeoff-ref"), load_backend("vllm-cpu"), show_progress=False)
     execute_plan(plan, target, run_dir)
     result = soak_result(run_dir)
-    assert result is not None and len(result.windows) == 6
+    assert result is not None and len(result.windows) == 8
     assert all(w.ttft_n >= 10 and w.output_tok_s > 0 for w in result.windows)
     found = result.trend_of(P99_TTFT)
     assert found is not None
-    return found.verdict
+    return found
 
 
+# Timing against the reference server: run with the precision tests, alone (a busy neighbour's stall
+# in one window is what the trend test is right to call undecided).
+@pytest.mark.precision
 def test_planted_drift_is_called_drifting_and_a_flat_server_flat(builder: PlanBuilder, tmp_path: Path) -> None:
-    with serve_reference(ttft_ms=100, itl_ms=2, ttft_growth_ms_per_s=20) as url:
-        assert _soak(url, builder, tmp_path / "drifting") == "drifting"
+    with serve_reference(ttft_ms=100, itl_ms=2, ttft_growth_ms_per_s=40) as url:
+        drifting = _soak(url, builder, tmp_path / "drifting")
+    assert drifting.verdict == "drifting", drifting.line()
     with serve_reference(ttft_ms=100, itl_ms=2) as url:
-        assert _soak(url, builder, tmp_path / "flat") == "flat"
+        flat = _soak(url, builder, tmp_path / "flat")
+    assert flat.verdict == "flat", flat.line()
 
 
 def _soaked(unaccounted_mib: list[float], knobs: dict[str, object]) -> SoakCell:
