@@ -23,7 +23,12 @@ from typing import Any
 import pytest
 
 SHARED_SCOPES = {
-    "small-engines": ("tests/test_e2e_prefix.py", "tests/test_e2e_workloads.py", "tests/test_e2e_vllm.py"),
+    "small-engines": (
+        "tests/test_e2e_prefix.py",
+        "tests/test_e2e_workloads.py",
+        "tests/test_e2e_vllm.py",
+        "tests/test_e2e_soak.py",
+    ),
     "podman": ("tests/test_containers.py", "tests/test_e2e_container.py", "tests/test_preflight.py"),
 }
 _SCOPE_OF = {module: scope for scope, modules in SHARED_SCOPES.items() for module in modules}
@@ -33,6 +38,7 @@ LONGEST_FIRST = (
     "tests/test_e2e_prefix.py",
     "tests/test_e2e_workloads.py",
     "tests/test_e2e_vllm.py",
+    "tests/test_e2e_soak.py",
     "tests/test_e2e_container.py",
     "tests/test_containers.py",
     "tests/test_preflight.py",

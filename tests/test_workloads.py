@@ -11,7 +11,7 @@ import pytest
 
 from bakeoff.measure.client import ClientSettings, request_body
 from bakeoff.models.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
-from bakeoff.workloads.kinds import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Trace, Workload
+from bakeoff.workloads.kinds import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Soak, Trace, Workload
 from bakeoff.workloads.plan_store import load_plans, plans_match, save_plans
 from bakeoff.workloads.plans import PlanBuilder, PlannedRequest, arrival_times, designed_reuse
 from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
@@ -187,6 +187,7 @@ SMALL_KINDS = {
     "multi_turn": MultiTurn(conversations=2, turns=2, system_prompt_len=32, user_len=8, output_len=4),
     "long_prompt_mix": LongPromptMix(short_requests=4, long_every=2, long_input_len=64, short_input_len=8),
     "trace": Trace(path=Path("traces/mooncake-sample.jsonl"), format="mooncake", max_requests=6),
+    "soak": Soak(duration_s=4, window_s=1, rate=2.0, input_len=16, output_len=4),
 }
 
 

@@ -48,6 +48,7 @@ import yaml
 
 from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
 from bakeoff.analysis.roofline import efficiencies
+from bakeoff.analysis.soak_advice import SoakCell, memory_cap, soak_cells
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, read_json
@@ -438,7 +439,32 @@ def advise(campaign_dir: Path) -> Advice:
             steps.append(found)
         else:
             spent.append(found)
+    for soaked in soak_cells(cells):
+        cap = soak_plan(soaked, load_backend(soaked.cell.backend))
+        if isinstance(cap, Step):
+            steps.append(cap)
+        elif cap is not None:
+            spent.append(cap)
     return Advice(steps, spent, None if steps or spent else _why_undiagnosed(cells))
+
+
+def soak_plan(soaked: SoakCell, backend: BackendSpec) -> Step | Spent | None:
+    """A soak's ``context`` step: ``max_model_len`` at the workload's need + 20% when its memory drifted.
+
+    None where the backend has no ``max_model_len``; :class:`Spent` (why not) where the memory did not drift.
+    """
+    cell, knob = soaked.cell, "max_model_len"
+    if knob not in backend.knobs:
+        return None
+    current = _current(backend, cell.knobs, knob)
+    found = memory_cap(soaked.result, soaked.workload.longest_request(), current)
+    if isinstance(found, str):  # no bound follows from a soak whose memory held
+        return Spent(Diagnosis(cell.label, cell.workload, "unknown", found), [found])
+    headline = "the memory the weights and KV pool do not account for grew over the soak"
+    diagnosis = Diagnosis(cell.label, cell.workload, "memory", headline, found.evidence)
+    proposed = check_knob(backend, knob, found.proposed)
+    return Step(cell.label, cell.workload, backend.name, "context", knob, current, proposed, found.reason,
+                diagnosis, cell.knobs)  # fmt: skip
 
 
 # How the measured campaign repeated and judged (bakeoff.campaign.specs): the advice campaign

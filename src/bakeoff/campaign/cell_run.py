@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.analysis import saturation, verdict
-from bakeoff.campaign import quality, resume
+from bakeoff.campaign import quality, resume, soak
 from bakeoff.campaign.cells import Cell, expand, plans_dir
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.rehearsal import stand_in_for
@@ -51,7 +51,7 @@ from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
 from bakeoff.serving.process import ServerHandle
 from bakeoff.serving.trtllm_log import read_pytorch_build
-from bakeoff.workloads.kinds import OpenLoop
+from bakeoff.workloads.kinds import OpenLoop, Soak
 from bakeoff.workloads.plan_store import load_plans
 from bakeoff.workloads.plans import RunPlan
 from bakeoff.workloads.prompts import load_tokenizer
@@ -263,7 +263,10 @@ def _run_plans(
 
     def execute(plan: RunPlan) -> RunSummary:
         cache = server.prepare(plan)  # may restart the server: take the handle after it
-        handle, _ = server.current()
+        handle, launch = server.current()
+        if isinstance(cell.workload, Soak):  # its weights and KV pool, beside the memory series
+            model_dir = cell.server.model_path or resolve_model(spec.model).local_dir
+            soak.write_account(cell.backend, handle, launch, model_dir, cell_dir / "runs" / plan.name, cell.headers)
         settings = client_settings(cell, handle, count_tokens)
         server_info = {**effort["server"], "base_url": handle.base_url, "startup_s": handle.startup_s}
         watch = lambda: watch_for(handle)  # noqa: E731 - a fresh watch per run

@@ -65,12 +65,18 @@ class RefOptions:
     # Planted prompt logprobs (bakeoff.ref.logprobs): the logprob of every prompt token a
     # completions request with prompt_logprobs gets back; perplexity exp(1.5), about 4.48.
     prompt_logprob: float = -1.5
+    # Planted drift (a soak's creeping tail): every request's TTFT grows by this many ms per
+    # second the server has been up, the way a fragmenting allocator slows a long-lived engine.
+    ttft_growth_ms_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         timed = (self.ttft_ms, self.itl_ms, self.stall_s, self.answer_gap_ms, self.itl_per_running_ms,
-                 self.prefill_step_ms, self.itl_per_budget_token_ms)  # fmt: skip
+                 self.prefill_step_ms, self.itl_per_budget_token_ms, self.ttft_growth_ms_per_s)  # fmt: skip
         if min(timed) < 0:
-            raise ValueError("ttft_ms, itl_ms, stall_s, answer_gap_ms and the load-model times must be 0 or more")
+            raise ValueError(
+                "ttft_ms, itl_ms, stall_s, answer_gap_ms, ttft_growth_ms_per_s and the load-model times "
+                "must be 0 or more"
+            )
         if self.slots < 0 or self.token_budget < 0:
             raise ValueError("slots and token_budget must be 0 (off) or more")
         if self.tokens_per_chunk < 1 or self.fault_every < 1 or self.eos_after < 0 or self.reasoning_tokens < 0:

@@ -94,6 +94,7 @@ class ReferenceServer:
         self.slots = Slots(options.slots)  # one scheduler: the server's own option, never a request's
         self._fault_counts: dict[RefOptions, int] = {}
         self._created = int(time.time())
+        self._up_since = time.monotonic()  # the planted drift grows from here (RefOptions.ttft_growth_ms_per_s)
 
     def app(self) -> web.Application:
         middlewares = [self._require_key] if self.api_key else []
@@ -224,7 +225,7 @@ class ReferenceServer:
                 texts.append("".join(f" w{t % 10}" for t in range(start, start + size)))
             start += size
         finished = False
-        first_ms = first_token_ms(opts, len(words))
+        first_ms = first_token_ms(opts, len(words)) + opts.ttft_growth_ms_per_s * (t0 - self._up_since)
         try:
             if not body.get("stream"):
                 gaps = (len(texts) - 1) * gap_ms(opts, self.counters.running)

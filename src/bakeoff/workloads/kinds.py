@@ -2,7 +2,8 @@
 
 A kind is one pydantic model: a closed-loop concurrency sweep, open-loop rates,
 multi-turn conversations over a shared prefix, long prompts mixed into interactive
-traffic, and a production trace replay. Each owns what differs between kinds:
+traffic, a production trace replay, and a soak (one fixed mixed load held for a duration,
+judged window by window for drift). Each owns what differs between kinds:
 
 - its fields, as the user writes them (unknown keys fail loudly, naming the field);
 - ``plans(builder)``: its request plans and their mode (closed, open, sessions), made
@@ -23,7 +24,7 @@ import math
 import random
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
 from bakeoff.workloads.base import Endpoint, SampledLengths, WorkloadBase, WorkloadCost
 from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, rehearsal_length
@@ -325,6 +326,108 @@ class Trace(TraceSpec):
         return max(row.prompt_tokens + row.output_tokens for row in load_trace(self).rows)
 
 
-Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace, Field(discriminator="kind")]
+class Soak(SampledLengths):
+    """One fixed mixed load held for ``duration_s``, read back in consecutive ``window_s`` windows.
+
+    Open loop (``rate``: arrivals per second, whatever completes) or closed loop
+    (``concurrency`` requests always in flight), never both; lengths from a wide distribution.
+    It is one run: journaled, Ctrl-C safe and resumed like every run. Its windows and their
+    trends (:mod:`bakeoff.analysis.soak`, :mod:`bakeoff.analysis.drift`) are read from the
+    records and the telemetry series afterwards, so the load itself never pauses between
+    windows (a drain would hand a fragmenting allocator back its free memory).
+
+    ``latency_margin`` / ``memory_margin``: the drift a trend must exceed, with its whole
+    interval, to be called drifting: P99's growth over the soak as a share of its mean, and
+    the unaccounted memory's growth as a share of the engine's memory.
+    """
+
+    kind: Literal["soak"] = "soak"
+    duration_s: Annotated[float, Field(gt=0)] = Field(description="how long the load is held (hours on a GPU host)")
+    window_s: Annotated[float, Field(gt=0)] = Field(default=60.0, description="length of each measured window")
+    rate: Annotated[float, Field(gt=0)] | None = Field(default=None, description="open loop: arrivals per second")
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: Annotated[float, Field(gt=0)] = 1.0
+    concurrency: Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="closed loop: requests kept in flight (open loop: a cap, optional)"
+    )
+    requests: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="closed loop: distinct requests planned (default: one per slot-second; the run ends at "
+        "duration_s or when they are used up)",
+    )
+    settle_windows: Annotated[int, Field(ge=0)] = Field(
+        default=1, description="first windows left out of the trend test (the engine settling in)"
+    )
+    latency_margin: Annotated[float, Field(gt=0)] = 0.10
+    memory_margin: Annotated[float, Field(gt=0)] = 0.02
+
+    @model_validator(mode="after")
+    def _one_load(self) -> Soak:
+        if self.rate is None and self.concurrency is None:
+            raise ValueError("a soak needs its load: 'rate' (open loop) or 'concurrency' (closed loop)")
+        if self.window_s * (self.settle_windows + 3) > self.duration_s:
+            raise ValueError(
+                f"duration_s {self.duration_s:g} holds fewer than 3 windows of {self.window_s:g} s after "
+                f"{self.settle_windows} settling: a trend needs at least 3; lower window_s or raise duration_s"
+            )
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None
+
+    def planned_requests(self) -> int:
+        if self.rate is not None:
+            return math.ceil(self.rate * self.duration_s)
+        assert self.concurrency is not None
+        return self.requests or math.ceil(self.concurrency * self.duration_s)
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
+        warm = builder.sampled(rng, self, self.warmup_requests, 0)
+        reqs = builder.sampled(rng, self, self.planned_requests(), len(warm))
+        if self.rate is not None:
+            times = arrival_times(len(reqs), self.rate, self.arrival, self.burstiness, self.seed)
+            plan = RunPlan(
+                "soak",
+                "open",
+                spec,
+                rate=self.rate,
+                concurrency=self.concurrency,
+                warmup=warm,
+                requests=retime(reqs, times),
+            )
+        else:
+            plan = RunPlan(
+                "soak",
+                "closed",
+                spec,
+                concurrency=self.concurrency,
+                duration_s=self.duration_s,
+                warmup=warm,
+                requests=reqs,
+            )
+        return [plan]
+
+    def cost(self) -> WorkloadCost:
+        # Held for its duration whatever the server's speed; the last requests still decode after it.
+        return WorkloadCost(self.planned_requests() + self.warmup_requests, self.output_len.mean + 8, self.duration_s)
+
+    def for_rehearsal(self) -> Soak:
+        # Long enough for the windows and the trend test to run (4 windows of 2 s), nothing more.
+        return self.model_copy(
+            update={
+                "warmup_requests": min(self.warmup_requests, 2),
+                "duration_s": 8.0,
+                "window_s": 2.0,
+                "settle_windows": 1,
+                "requests": None,
+                "output_len": rehearsal_length(self.output_len),
+            }
+        )
+
+
+Workload = Annotated[
+    ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace | Soak, Field(discriminator="kind")
+]
 # Reads a stored plan's workload back as its kind (RunPlan.from_json).
 WORKLOAD: TypeAdapter[Workload] = TypeAdapter(Workload)
