@@ -307,7 +307,7 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
     if slo is not None and target.slo is not None:
         slo = slo.model_copy(update={"p99_met": run_meets_slo(measured, target.slo)})
     block = None
-    if plan.mode == "sessions" or plan.trace:  # a trace's block ids design reuse too
+    if plan.designs_reuse:
         counters = prefix_cache_from_counters(run.before, run.after, backend) if backend else {}
         absent_is_zero = backend is not None and backend.request.reports_cached_tokens
         block = prefix_cache_block(

@@ -41,6 +41,7 @@ from typing import Any
 
 from bakeoff.measure.client import ClientSettings, StreamingClient
 from bakeoff.measure.loadgen import RecordSink, Steady, closed_loop, open_loop, sessions
+from bakeoff.measure.task_load import task_loop
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.summary import ClientLoad
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
@@ -125,6 +126,7 @@ class Share:
     mode: str
     requests: list[PlannedRequest] = field(default_factory=list)
     sessions: list[Any] = field(default_factory=list)
+    tasks: list[Any] = field(default_factory=list)  # agent task trees, dealt out whole
     concurrency: int = 1
     max_concurrency: int | None = None
     duration_s: float | None = None
@@ -158,6 +160,13 @@ def split(plan: RunPlan, n: int, steady: Steady | None = None) -> list[Share]:
         ordered = sorted(plan.requests, key=lambda r: r.arrival_s)
         limits = [max(c, 1) if plan.concurrency else None for c in caps]
         return [Share("open", ordered[i::n], max_concurrency=limits[i]) for i in range(n)]
+    if plan.mode == "tasks":
+        # Closed loop: each worker keeps its part of the tasks in flight; open loop (no cap): arrival times.
+        caps_or_none = [max(c, 1) if plan.concurrency else None for c in caps]
+        return [
+            Share("tasks", tasks=plan.tasks[i::n], max_concurrency=caps_or_none[i], workload=plan.workload)
+            for i in range(n)
+        ]
     return [
         Share("sessions", sessions=plan.sessions[i::n], concurrency=max(caps[i], 1), workload=plan.workload)
         for i in range(n)
@@ -195,6 +204,10 @@ async def _work(
             )
         elif share.mode == "open":
             await open_loop(client, share.requests, sink, max_concurrency=share.max_concurrency, start_ns=epoch_ns)
+        elif share.mode == "tasks":
+            temperature = float(share.workload.get("temperature", 0.0))  # type: ignore[arg-type]
+            cap = share.max_concurrency
+            await task_loop(client, share.tasks, cap, temperature, sink, open_loop=cap is None, start_ns=epoch_ns)
         else:
             await sessions(client, share.sessions, share.concurrency, share.workload, sink)
 

@@ -1,7 +1,8 @@
 """The workload kinds a campaign can run: each one whole, in one class.
 
 A kind is one pydantic model: a closed-loop concurrency sweep, open-loop rates,
-multi-turn conversations over a shared prefix, long prompts mixed into interactive
+multi-turn conversations over a shared prefix, agent task trees that branch and join
+(:mod:`bakeoff.workloads.agentic`), long prompts mixed into interactive
 traffic, and a production trace replay. Each owns what differs between kinds:
 
 - its fields, as the user writes them (unknown keys fail loudly, naming the field);
@@ -23,10 +24,12 @@ import math
 import random
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from bakeoff.workloads.agentic import TaskPlan, build_task, planned_prompt_tokens, tree_facts
 from bakeoff.workloads.base import Endpoint, SampledLengths, WorkloadBase, WorkloadCost
-from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, rehearsal_length
+from bakeoff.workloads.delays import Delay, as_delay
+from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, LengthDist, _as_length, rehearsal_length
 from bakeoff.workloads.plans import PlanBuilder, PlannedRequest, RunPlan, SessionPlan, arrival_times, at_arrival, retime
 from bakeoff.workloads.traces.loading import load_trace
 from bakeoff.workloads.traces.plan import plan_trace
@@ -234,6 +237,122 @@ class MultiTurn(WorkloadBase):
         )
 
 
+class Agentic(WorkloadBase):
+    """Agent tasks: trees of planner, sub-agent and join calls, each fed the real replies it waits for.
+
+    The tree (:mod:`bakeoff.workloads.agentic`) comes from ``fanout`` and ``depth``; every
+    call shares the system prompt and tool schemas; tool results, tool latencies and think
+    times are drawn from the seed, so every server gets the same tree. Closed loop keeps
+    ``tasks_in_flight`` tasks going (the pressure knob on the KV pool); ``task_rate`` starts
+    tasks open loop instead. ``task_slo_s`` bounds task completion for task goodput.
+    """
+
+    kind: Literal["agentic"] = "agentic"
+    endpoint: Literal["chat"] = "chat"
+    tasks: Annotated[int, Field(gt=0)] = 8
+    fanout: Annotated[int, Field(gt=0, le=16)] = 3
+    depth: Annotated[int, Field(gt=0, le=4)] = 1
+    system_prompt_len: Annotated[int, Field(gt=0)] = 1024
+    tool_schema_len: Annotated[int, Field(ge=0)] = 512
+    task_len: Annotated[int, Field(gt=0)] = 64
+    subtask_len: Annotated[int, Field(gt=0)] = 32
+    tool_result_len: LengthDist = Field(default_factory=lambda: LengthDist(mean=256))
+    tool_latency_s: Delay = Field(default_factory=Delay, description="wait before a sub-agent call (the tool)")
+    think_time_s: Delay = Field(default_factory=Delay, description="wait before a join call (the agent thinks)")
+    planner_output_len: Annotated[int, Field(gt=0)] = 32
+    worker_output_len: Annotated[int, Field(gt=0)] = 64
+    join_output_len: Annotated[int, Field(gt=0)] = 32
+    tasks_in_flight: Annotated[int, Field(gt=0)] = 2
+    task_rate: Annotated[float, Field(gt=0)] | None = Field(default=None, description="tasks/s: open loop instead")
+    task_slo_s: Annotated[float, Field(gt=0)] | None = Field(default=None, description="bound on task completion")
+    warmup_requests: Annotated[int, Field(ge=0)] = 0
+    verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
+
+    @field_validator("tool_result_len", mode="before")
+    @classmethod
+    def _lengths(cls, value: object) -> object:
+        return _as_length(value)
+
+    @field_validator("tool_latency_s", "think_time_s", mode="before")
+    @classmethod
+    def _delays(cls, value: object) -> object:
+        return as_delay(value)
+
+    def tool_latency(self, rng: random.Random) -> float:
+        return self.tool_latency_s.draw(rng)
+
+    def think_time(self, rng: random.Random) -> float:
+        return self.think_time_s.draw(rng)
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: dict[str, Any]) -> list[RunPlan]:
+
+        system_tokens = self.system_prompt_len + self.tool_schema_len
+        # One shared text: the system prompt with the tool schemas after it, as agent frameworks send them.
+        system = builder.prompts.text(system_tokens, rng)
+        tasks: list[TaskPlan] = [
+            build_task(self, builder.prompts, rng, i, system, system_tokens) for i in range(self.tasks)
+        ]
+        if self.task_rate is not None:
+            times = arrival_times(self.tasks, self.task_rate, "poisson", 1.0, self.seed)
+            for task, at in zip(tasks, times, strict=True):
+                task.arrival_s = at
+        mode_run = "open" if self.task_rate is not None else "closed"
+        plan = RunPlan(
+            f"tasks-{mode_run}",
+            "tasks",
+            spec,
+            concurrency=None if self.task_rate is not None else self.tasks_in_flight,
+            rate=self.task_rate,
+            system_prompt_tokens=system_tokens,
+            tasks=tasks,
+        )
+        return [plan]
+
+    def _one_tree(self) -> dict[str, int]:
+        calls = build_task(self, _LengthOnly(), random.Random(self.seed), 0, "", 0).calls
+        return tree_facts(TaskPlan(0, "", 0, calls))
+
+    def cost(self) -> WorkloadCost:
+        facts = self._one_tree()
+        n = self.tasks * facts["calls"] + self.warmup_requests
+        waves = math.ceil(self.tasks / self.tasks_in_flight) if self.task_rate is None else 1
+        longest = max(self.planner_output_len, self.worker_output_len, self.join_output_len) + 8
+        steps = waves * facts["critical_calls"] * longest
+        fixed = (self.tasks / self.task_rate) if self.task_rate else 0.0
+        fixed += waves * self.depth * (self.tool_latency_s.mean_s + self.think_time_s.mean_s)
+        return WorkloadCost(n, steps, fixed)
+
+    def longest_request(self) -> int:
+        upper = self.model_copy(update={"tool_result_len": LengthDist(mean=self.tool_result_len.upper)})
+        calls = build_task(upper, _LengthOnly(), random.Random(self.seed), 0, "", 0).calls
+        system = self.system_prompt_len + self.tool_schema_len
+        prompts = planned_prompt_tokens(TaskPlan(0, "", system, calls))
+        # Chat templates add a few tokens per message; 8 per message is a safe allowance.
+        return max(p + c.output_len + 8 * (2 * c.depth + 3) for p, c in zip(prompts, calls, strict=True))
+
+    def for_rehearsal(self) -> Agentic:
+        return self.model_copy(
+            update={
+                "tasks": min(self.tasks, 3),
+                "fanout": min(self.fanout, 3),
+                "depth": min(self.depth, 2),
+                "tasks_in_flight": min(self.tasks_in_flight, 3),
+                "tool_latency_s": Delay(),
+                "think_time_s": Delay(),
+                "planner_output_len": min(self.planner_output_len, REHEARSAL_MAX_OUTPUT),
+                "worker_output_len": min(self.worker_output_len, REHEARSAL_MAX_OUTPUT),
+                "join_output_len": min(self.join_output_len, REHEARSAL_MAX_OUTPUT),
+            }
+        )
+
+
+class _LengthOnly:
+    """A prompt factory stand-in for shape-only trees (cost, longest request): no text is made."""
+
+    def text(self, tokens: int, rng: random.Random) -> str:
+        return ""
+
+
 class LongPromptMix(WorkloadBase):
     """Short interactive requests at a steady rate with long prompts arriving among them."""
 
@@ -325,4 +444,6 @@ class Trace(TraceSpec):
         return max(row.prompt_tokens + row.output_tokens for row in load_trace(self).rows)
 
 
-Workload = Annotated[ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace, Field(discriminator="kind")]
+Workload = Annotated[
+    ConcurrencySweep | OpenLoop | MultiTurn | Agentic | LongPromptMix | Trace, Field(discriminator="kind")
+]
