@@ -33,7 +33,7 @@ def small(**update: object) -> Agentic:
 
 def test_fanout_and_depth_make_the_tree(builder: PlanBuilder) -> None:
     plan = builder.build(small())[0]
-    assert plan.mode == "tasks" and plan.concurrency == 2 and len(plan.tasks) == 3
+    assert plan.mode == "tasks" and plan.concurrency == 2 and plan.name == "t2" and len(plan.tasks) == 3
     task = plan.tasks[0]
     # Root planner, two sub-planners each with two workers and a join, then the root's join.
     facts = tree_facts(task)
@@ -55,6 +55,11 @@ def test_the_same_seed_makes_the_same_trees_and_plans_survive_json(builder: Plan
     assert first.to_json() != other.to_json()
     back = RunPlan.from_json(first.to_json())
     assert back.tasks == first.tasks and back.to_json() == first.to_json()
+    pressure = builder.build(small(seed=7, tasks_in_flight=[1, 3]))
+    assert [(p.name, p.concurrency) for p in pressure] == [("t1", 1), ("t3", 3)]
+    assert pressure[0].tasks == pressure[1].tasks == first.tasks  # the same trees at every level
+    opened = builder.build(small(seed=7, task_rate=2.0))
+    assert [(p.name, p.concurrency, p.rate) for p in opened] == [("r2", None, 2.0)]
 
 
 def test_designed_reuse_counts_the_shared_system_prompt_and_each_parent_context(builder: PlanBuilder) -> None:
@@ -90,6 +95,10 @@ def test_cost_and_rehearsal_copy_keep_the_shape() -> None:
     rehearsal = wl.for_rehearsal()
     assert rehearsal.kind == "agentic" and rehearsal.tool_latency_s.mean_s == 0 and rehearsal.tasks <= 3
     assert wl.longest_request() > 60 + 6 + 4 + 34 + 4 + 34 + 6
+    # One run per level of tasks in flight, the same trees in each: only the pressure on the cache differs.
+    levels = small(tasks_in_flight=[1, 3])
+    assert levels.cost().requests == 2 * 3 * 10
+    assert levels.cost().decode_steps == (3 + 1) * 5 * (6 + 8)  # three waves at 1, one at 3; 5 calls deep
 
 
 def by_call(records: list[RequestRecord]) -> dict[tuple[int, int], RequestRecord]:

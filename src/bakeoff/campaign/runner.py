@@ -26,6 +26,7 @@ from bakeoff.measure.loadgen import run_plan
 from bakeoff.measure.metrics import WindowTargets, summarize, window_bounds
 from bakeoff.measure.multiload import Spreader
 from bakeoff.measure.slo import Slo, run_meets_slo
+from bakeoff.measure.task_metrics import task_block
 from bakeoff.observe import origin
 from bakeoff.observe.energy import EnergyMeter, energy_meter
 from bakeoff.observe.hoststats import HostWindow, host_load
@@ -344,6 +345,7 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
             "rehearsal": target.server_info.get("kind") == "rehearsal",
             "cache_reset": CacheResetResult(**cache.to_json()),
             "prefix_cache": block,
+            "agent_tasks": task_block(plan, run.records, backend.prefix_cache_granularity if backend else None),
             "trace": plan.trace or None,
             "provenance": provenance(target, run.started, finished),
             "client": run.client,
@@ -412,6 +414,7 @@ def _bandwidth_json(target: RunTarget) -> dict[str, Any] | None:
 def _unsent(plan: RunPlan, records: list[RequestRecord]) -> int:
     """Requests of the plan (warm-up included) that never got an answer of any kind."""
     planned = len(plan.warmup) + len(plan.requests) + sum(len(s.user_turns) for s in plan.sessions)
+    planned += sum(len(t.calls) for t in plan.tasks)
     return max(planned - len(records), 0)
 
 

@@ -192,8 +192,19 @@ def planned_prompt_tokens(task: TaskPlan) -> list[int]:
     return prompt
 
 
-def designed_rows(tasks: list[TaskPlan]) -> list[tuple[int, int]]:
-    """(prompt tokens, tokens repeating an earlier prefix) per call, by construction of the trees.
+@dataclass(frozen=True)
+class DesignedCall:
+    """One call's planned prompt tokens and how many of them repeat a prefix sent before it."""
+
+    task: int
+    node: int
+    depth: int
+    prompt: int
+    reused: int
+
+
+def designed_calls(tasks: list[TaskPlan]) -> list[DesignedCall]:
+    """Every call's designed reuse, by construction of the trees, tasks in arrival order.
 
     A root planner repeats the shared system prompt (every task but the first); any other call
     repeats its parent's prompt and reply, which the parent sent and got before it.
@@ -206,8 +217,13 @@ def designed_rows(tasks: list[TaskPlan]) -> list[tuple[int, int]]:
                 reused = task.system_tokens if index > 0 else 0
             else:
                 reused = prompt[call.parent] + task.calls[call.parent].output_len
-            rows.append((prompt[call.node], reused))
+            rows.append(DesignedCall(task.task_id, call.node, call.depth, prompt[call.node], reused))
     return rows
+
+
+def designed_rows(tasks: list[TaskPlan]) -> list[tuple[int, int]]:
+    """(prompt tokens, tokens repeating an earlier prefix) per call: :func:`designed_calls` as pairs."""
+    return [(row.prompt, row.reused) for row in designed_calls(tasks)]
 
 
 def tree_facts(task: TaskPlan) -> dict[str, int]:

@@ -243,7 +243,8 @@ class Agentic(WorkloadBase):
     The tree (:mod:`bakeoff.workloads.agentic`) comes from ``fanout`` and ``depth``; every
     call shares the system prompt and tool schemas; tool results, tool latencies and think
     times are drawn from the seed, so every server gets the same tree. Closed loop keeps
-    ``tasks_in_flight`` tasks going (the pressure knob on the KV pool); ``task_rate`` starts
+    ``tasks_in_flight`` tasks going, one run per level (the pressure knob on the KV pool: where hit
+    rate and task time fall off as the trees stop fitting); ``task_rate`` starts
     tasks open loop instead. ``task_slo_s`` bounds task completion for task goodput.
     """
 
@@ -262,11 +263,20 @@ class Agentic(WorkloadBase):
     planner_output_len: Annotated[int, Field(gt=0)] = 32
     worker_output_len: Annotated[int, Field(gt=0)] = 64
     join_output_len: Annotated[int, Field(gt=0)] = 32
-    tasks_in_flight: Annotated[int, Field(gt=0)] = 2
+    tasks_in_flight: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [2], description="closed loop: one run per level, the same trees in each"
+    )
     task_rate: Annotated[float, Field(gt=0)] | None = Field(default=None, description="tasks/s: open loop instead")
     task_slo_s: Annotated[float, Field(gt=0)] | None = Field(default=None, description="bound on task completion")
-    warmup_requests: Annotated[int, Field(ge=0)] = 0
+    warmup_requests: Annotated[int, Field(ge=0, le=0)] = Field(
+        default=0, description="none: the first tasks' cold cache is part of what a tree measures"
+    )
     verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
+
+    @field_validator("tasks_in_flight", mode="before")
+    @classmethod
+    def _levels(cls, value: object) -> object:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("tool_result_len", mode="before")
     @classmethod
@@ -296,17 +306,9 @@ class Agentic(WorkloadBase):
             times = arrival_times(self.tasks, self.task_rate, "poisson", 1.0, self.seed)
             for task, at in zip(tasks, times, strict=True):
                 task.arrival_s = at
-        mode_run = "open" if self.task_rate is not None else "closed"
-        plan = RunPlan(
-            f"tasks-{mode_run}",
-            "tasks",
-            spec,
-            concurrency=None if self.task_rate is not None else self.tasks_in_flight,
-            rate=self.task_rate,
-            system_prompt_tokens=system_tokens,
-            tasks=tasks,
-        )
-        return [plan]
+            return [RunPlan(f"r{self.task_rate:g}", "tasks", spec, rate=self.task_rate, tasks=tasks)]
+        # Each level replays the same trees (the cache is emptied between runs): only the pressure differs.
+        return [RunPlan(f"t{n}", "tasks", spec, concurrency=n, tasks=tasks) for n in self.tasks_in_flight]
 
     def _one_tree(self) -> dict[str, int]:
         calls = build_task(self, _LengthOnly(), random.Random(self.seed), 0, "", 0).calls
@@ -314,12 +316,15 @@ class Agentic(WorkloadBase):
 
     def cost(self) -> WorkloadCost:
         facts = self._one_tree()
-        n = self.tasks * facts["calls"] + self.warmup_requests
-        waves = math.ceil(self.tasks / self.tasks_in_flight) if self.task_rate is None else 1
+        levels = [None] if self.task_rate is not None else self.tasks_in_flight
         longest = max(self.planner_output_len, self.worker_output_len, self.join_output_len) + 8
-        steps = waves * facts["critical_calls"] * longest
-        fixed = (self.tasks / self.task_rate) if self.task_rate else 0.0
-        fixed += waves * self.depth * (self.tool_latency_s.mean_s + self.think_time_s.mean_s)
+        waits = self.depth * (self.tool_latency_s.mean_s + self.think_time_s.mean_s)
+        n, steps, fixed = 0, 0.0, 0.0
+        for level in levels:
+            waves = math.ceil(self.tasks / level) if level else 1
+            n += self.tasks * facts["calls"]
+            steps += waves * facts["critical_calls"] * longest
+            fixed += waves * waits + (self.tasks / self.task_rate if self.task_rate else 0.0)
         return WorkloadCost(n, steps, fixed)
 
     def longest_request(self) -> int:
@@ -336,7 +341,7 @@ class Agentic(WorkloadBase):
                 "tasks": min(self.tasks, 3),
                 "fanout": min(self.fanout, 3),
                 "depth": min(self.depth, 2),
-                "tasks_in_flight": min(self.tasks_in_flight, 3),
+                "tasks_in_flight": sorted({min(n, 3) for n in self.tasks_in_flight}),
                 "tool_latency_s": Delay(),
                 "think_time_s": Delay(),
                 "planner_output_len": min(self.planner_output_len, REHEARSAL_MAX_OUTPUT),
