@@ -147,3 +147,78 @@ def test_closed_loop_keeps_the_tasks_in_flight_and_open_loop_starts_them_on_time
     planned = [t.arrival_s for t in sorted(opened.tasks, key=lambda t: t.arrival_s)]
     for got, want in zip(firsts, planned, strict=True):
         assert abs((got - firsts[0]) / 1e9 - want) < 0.02
+
+
+def timed(
+    task: int, node: int, role: str, deps: list[int], start_s: float, first_s: float, end_s: float
+) -> RequestRecord:
+    record = RequestRecord(task * 100_000 + node, group=f"task{task}", turn=0 if role != "worker" else 1)
+    record.task, record.node, record.role, record.depends_on = task, node, role, deps
+    record.start_ns, record.first_token_ns, record.end_ns = int(start_s * 1e9), int(first_s * 1e9), int(end_s * 1e9)
+    record.prompt_tokens, record.completion_tokens, record.cached_tokens = 100, 4, 50
+    return record
+
+
+def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuilder) -> None:
+    from bakeoff.measure.task_metrics import task_block
+
+    plan = builder.build(small(tasks=2, depth=1, fanout=2, task_slo_s=5.0))[0]
+    # Task 0: planner 0-1 s (first token 0.5), workers after 0.2 s tool waits, the slow one ends at 3 s,
+    # the join starts 0.1 s later and ends at 4 s.
+    records = [
+        timed(0, 0, "planner", [], 0.0, 0.5, 1.0),
+        timed(0, 1, "worker", [0], 1.2, 1.5, 2.0),
+        timed(0, 2, "worker", [0], 1.2, 2.0, 3.0),
+        timed(0, 3, "join", [1, 2], 3.1, 3.6, 4.0),
+        # Task 1 takes 6 s (outside the 5 s SLO); its join failed in a second copy below.
+        timed(1, 0, "planner", [], 1.0, 2.0, 3.0),
+        timed(1, 1, "worker", [0], 3.0, 4.0, 5.0),
+        timed(1, 2, "worker", [0], 3.0, 4.0, 5.0),
+        timed(1, 3, "join", [1, 2], 5.0, 6.0, 7.0),
+    ]
+    block = task_block(plan, records)
+    assert block is not None
+    assert block.tasks == 2 and block.failed_tasks == 0 and block.calls == 8
+    assert block.task_s.n == 2 and block.task_s.p50 == pytest.approx(4.0) and block.task_s.p99 == pytest.approx(6.0)
+    path = block.critical_path
+    assert path is not None and path.calls == 3
+    # Task 0: prefill 0.5 + 0.8 + 0.5, decode 0.5 + 1.0 + 0.4, waits 0.2 + 0.1; task 1: 1+1+1, 1+1+1, 0+0.
+    assert path.prefill_s == pytest.approx((1.8 + 3.0) / 2)
+    assert path.decode_s == pytest.approx((1.9 + 3.0) / 2)
+    assert path.wait_s == pytest.approx((0.3 + 0.0) / 2)
+    assert path.prefill_s + path.decode_s + path.wait_s == pytest.approx(block.task_s.mean)
+    assert block.window_s == pytest.approx(7.0) and block.tasks_per_min == pytest.approx(2 * 60 / 7)
+    assert block.within_slo == 1 and block.task_goodput_per_min == pytest.approx(60 / 7)
+    assert block.by_depth[0].calls == 4 and block.by_depth[0].hit_rate == pytest.approx(0.5)
+    assert block.ttft_ms_by_role["join"].n == 2
+    failed = [*records[:7], timed(1, 3, "join", [1, 2], 5.0, 6.0, 7.0)]
+    failed[-1].error_kind = "http"
+    broken = task_block(plan, failed)
+    assert broken is not None and broken.tasks == 1 and broken.failed_tasks == 1 and broken.task_s.n == 1
+
+
+def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder) -> None:
+    from bakeoff.analysis.task_verdict import task_load, task_metric, task_run_meets
+    from bakeoff.measure.task_metrics import task_block
+    from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
+
+    plan = builder.build(small(tasks=2, depth=1, fanout=2, task_slo_s=5.0))[0]
+    records = [
+        timed(t, n, role, deps, t, t + 0.5, t + 1.0 + n)
+        for t in (0, 1)
+        for n, role, deps in ((0, "planner", []), (1, "worker", [0]), (2, "worker", [0]), (3, "join", [1, 2]))
+    ]
+    summary = RunSummary(
+        requests=Requests(ok=8, failed=0),
+        latency=Latency(),
+        throughput=Throughput(output_tok_s=1, total_tok_s=1, req_s=1, window_s=1),
+        tokens=Tokens(prompt=1, completion=1),
+        workload=WorkloadInfo(run="t2", mode="tasks", concurrency=2),
+        agent_tasks=task_block(plan, records),
+    )
+    assert task_load(summary) == ("tasks in flight", 2.0)
+    assert task_metric([summary]) == "task_goodput_per_min"
+    assert task_run_meets(summary)  # every task took 4 s, within 5 s
+    assert summary.agent_tasks is not None
+    slow = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": 3.0})})
+    assert not task_run_meets(slow)

@@ -338,10 +338,11 @@ class Agentic(WorkloadBase):
     def for_rehearsal(self) -> Agentic:
         return self.model_copy(
             update={
-                "tasks": min(self.tasks, 3),
-                "fanout": min(self.fanout, 3),
+                # Two trees two levels deep still take every path: branches, a join of joins, live replies.
+                "tasks": min(self.tasks, 2),
+                "fanout": min(self.fanout, 2),
                 "depth": min(self.depth, 2),
-                "tasks_in_flight": sorted({min(n, 3) for n in self.tasks_in_flight}),
+                "tasks_in_flight": sorted({min(n, 2) for n in self.tasks_in_flight}),
                 "tool_latency_s": Delay(),
                 "think_time_s": Delay(),
                 "planner_output_len": min(self.planner_output_len, REHEARSAL_MAX_OUTPUT),
