@@ -222,3 +222,14 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder) -
     assert summary.agent_tasks is not None
     slow = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": 3.0})})
     assert not task_run_meets(slow)
+
+
+def test_client_processes_are_dealt_whole_tasks_and_their_share_of_the_tasks_in_flight(builder: PlanBuilder) -> None:
+    from bakeoff.measure.multiload import split
+
+    closed = builder.build(small(tasks=5, tasks_in_flight=3))[0]
+    shares = split(closed, 2)
+    assert [len(s.tasks) for s in shares] == [3, 2] and [s.max_concurrency for s in shares] == [2, 1]
+    assert sorted(t.task_id for s in shares for t in s.tasks) == list(range(5))
+    opened = builder.build(small(tasks=5, task_rate=1.0))[0]
+    assert all(s.mode == "tasks" and s.max_concurrency is None for s in split(opened, 2))  # arrival times rule
