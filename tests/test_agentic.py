@@ -176,8 +176,8 @@ def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuil
         timed(1, 2, "worker", [0], 3.0, 4.0, 5.0),
         timed(1, 3, "join", [1, 2], 5.0, 6.0, 7.0),
     ]
-    block = task_block(plan, records)
-    assert block is not None
+    block = task_block(plan, records, preemptions=3.0)
+    assert block is not None and block.preemptions == 3.0
     assert block.tasks == 2 and block.failed_tasks == 0 and block.calls == 8
     assert block.task_s.n == 2 and block.task_s.p50 == pytest.approx(4.0) and block.task_s.p99 == pytest.approx(6.0)
     path = block.critical_path

@@ -33,6 +33,7 @@ from bakeoff.observe.hoststats import HostWindow, host_load
 from bakeoff.observe.telemetry import (
     CacheReset,
     Snapshot,
+    counter_delta,
     prefix_cache_from_counters,
     reset_prefix_cache,
     scrape,
@@ -345,7 +346,12 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
             "rehearsal": target.server_info.get("kind") == "rehearsal",
             "cache_reset": CacheResetResult(**cache.to_json()),
             "prefix_cache": block,
-            "agent_tasks": task_block(plan, run.records, backend.prefix_cache_granularity if backend else None),
+            "agent_tasks": task_block(
+                plan,
+                run.records,
+                backend.prefix_cache_granularity if backend else None,
+                preemptions=counter_delta(run.before, run.after, backend, "preemptions") if backend else None,
+            ),
             "trace": plan.trace or None,
             "provenance": provenance(target, run.started, finished),
             "client": run.client,

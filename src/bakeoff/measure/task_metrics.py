@@ -10,7 +10,8 @@ so these are recomputed from ``records.parquet`` alone, plus the plan for what w
   last and the call (tool latency, think time);
 - per depth: prompt and cached tokens (the server's ``usage``), their hit rate, and the
   designed reuse of those calls beside what the server's cache blocks could realise;
-- tasks per minute over the run (first call -> last answer), and within ``task_slo_s``.
+- tasks per minute over the run (first call -> last answer), and within ``task_slo_s``;
+- the server's preemptions over the run, where its counters expose them.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ def critical_path(calls: dict[int, RequestRecord]) -> tuple[float, float, float,
         wait += (record.start_ns - calls[node].end_ns) / NS_PER_S
 
 
-def task_block(plan: RunPlan, records: list[RequestRecord], granularity: int | None = None) -> AgentTasks | None:
-    """The run's task figures; None for a plan that is not agent tasks."""
+def task_block(
+    plan: RunPlan, records: list[RequestRecord], granularity: int | None = None, *, preemptions: float | None = None
+) -> AgentTasks | None:
+    """The run's task figures; None for a plan that is not agent tasks.
+
+    ``preemptions``: the server's preemption counter over the run, where it has one: requests
+    whose KV blocks were taken back, the eviction a tree that no longer fits suffers.
+    """
     if plan.mode != "tasks" or not plan.tasks:
         return None
     measured = [r for r in records if not r.warmup and r.task >= 0]
@@ -87,6 +94,7 @@ def task_block(plan: RunPlan, records: list[RequestRecord], granularity: int | N
         within_slo=within,
         task_goodput_per_min=None if within is None else within * per_min,
         by_depth=_by_depth(plan, measured, granularity),
+        preemptions=preemptions,
         ttft_ms_by_role={
             role: stats(v for r in measured if r.ok and r.role == role if (v := ttft_ms(r)) is not None)
             for role in sorted({r.role for r in measured})

@@ -79,6 +79,10 @@ def task_table(campaign_dir: Path) -> pd.DataFrame:
             "task goodput/min": _figure(ar.repeats, "task_goodput_per_min")
             if any(b.task_slo_s is not None for b in blocks)
             else "no task SLO",
+            # Evictions under pressure, where the server counts them (vLLM, SGLang); '-': not exposed.
+            "preemptions": sum(p for b in blocks if (p := b.preemptions) is not None)
+            if any(b.preemptions is not None for b in blocks)
+            else None,
         }
         for part, label in (("prefill_s", "prefill"), ("decode_s", "decode"), ("wait_s", "tool/think wait")):
             value = fmean(getattr(p, part) for p in paths) if paths else None

@@ -280,6 +280,7 @@ class AgentTasks(Block):
     task_goodput_per_min: float | None = Field(default=None, description="tasks within the task SLO per minute")
     by_depth: dict[int, DepthReuse] = Field(default_factory=dict)
     ttft_ms_by_role: dict[str, Stat] = Field(default_factory=dict)
+    preemptions: float | None = Field(default=None, description="KV preemptions over the run; None: not exposed")
 
 
 class Speculative(Block):
