@@ -111,13 +111,15 @@ def test_trace_replay_hit_rate_tracks_designed_reuse_with_caching_and_not_withou
     assert "mooncake: trace replay" in html and "Prefix-cache reuse" in html
 
 
-# Two agent tasks, one at a time, each a planner and two sub-agents over a 384-token system prompt
-# (three of vLLM-CPU's 128-token blocks), then a join of their answers: 8 calls a side.
+# One agent task: a planner over a 384-token system prompt (three of vLLM-CPU's 128-token blocks), two
+# sub-agents on branches of its context, then a join of their answers: 4 calls a side, 3 deep. (Two
+# tasks took the test to 43 s on a loaded 2-core host; the second task's reuse is the system prompt's,
+# which the multi-turn test above already shows.)
 AGENT_TREE = {
     "kind": "agentic",
     "name": "agent",
     "stall_timeout_s": 90,
-    "tasks": 2,
+    "tasks": 1,
     "fanout": 2,
     "depth": 1,
     "system_prompt_len": 256,
@@ -128,7 +130,6 @@ AGENT_TREE = {
     "planner_output_len": 8,
     "worker_output_len": 8,
     "join_output_len": 8,
-    "tasks_in_flight": 1,
 }
 
 
@@ -147,9 +148,9 @@ def test_agent_tree_carries_live_replies_and_its_reuse_is_realised_with_caching_
     assert_cache_was_emptied(runs)
     (plan,) = load_plans(out / "plans" / "agent")
     for label, summary in runs.items():
-        assert summary.requests.failed == 0 and summary.requests.ok == 8, label
+        assert summary.requests.failed == 0 and summary.requests.ok == 4, label
         tasks = summary.agent_tasks
-        assert tasks is not None and tasks.tasks == 2 and tasks.task_s.n == 2, label
+        assert tasks is not None and tasks.tasks == 1 and tasks.task_s.n == 1, label
         assert tasks.critical_path is not None and tasks.critical_path.calls == 3, label
         records = read_records(out / "cells" / f"{label}__agent" / "runs" / plan.name / RECORDS_PARQUET)
         for task in plan.tasks:

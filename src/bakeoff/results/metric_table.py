@@ -309,7 +309,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     ),
     _figure(
         "tasks_per_min",
-        "tasks/min",
+        "task throughput",
         "tasks/min",
         "agent tasks completed per minute over the run (first call sent → last answer).",
         "higher",
@@ -317,7 +317,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     ),
     _figure(
         "task_goodput_per_min",
-        "task goodput/min",
+        "task goodput",
         "tasks/min",
         "agent tasks completed within the workload's `task_slo_s` per minute: what an agentic verdict ranks by.",
         "higher",
