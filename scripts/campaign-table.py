@@ -40,6 +40,9 @@ def _workload(wl: dict[str, object]) -> str:
     if kind == "open_loop":
         search = ", SLO search" if wl.get("slo_search") else ""
         return f"open loop {_levels(list(wl['rates']), ' req/s')}{search}"  # type: ignore[call-overload]
+    if kind == "agentic" and wl.get("task_rate") is None:
+        levels = wl.get("tasks_in_flight", [2])
+        return f"agent tasks {_levels(levels if isinstance(levels, list) else [levels], ' in flight')}"
     return kind.replace("_", " ")
 
 

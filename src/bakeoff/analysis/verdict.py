@@ -33,6 +33,7 @@ from pathlib import Path
 from bakeoff.analysis.best import Family, family, level_text
 from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, look_alpha, planned_looks
+from bakeoff.analysis.task_verdict import load_text, task_load, task_metric, task_run_meets
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
 from bakeoff.results.formulas import needed_samples
@@ -187,6 +188,8 @@ def _bounded(slo: Slo) -> bool:
 
 def _load(summary: RunSummary) -> tuple[str, float] | None:
     wl = summary.workload
+    if (tasks := task_load(summary)) is not None:
+        return tasks
     if wl.mode == "closed" and wl.concurrency is not None:
         return "concurrency", float(wl.concurrency)
     if wl.mode == "open" and wl.rate is not None:
@@ -213,6 +216,10 @@ def collect(campaign_dir: Path) -> tuple[dict[str, tuple[str, Runs]], dict[str, 
 def meets(repeats: list[RunSummary], slo: Slo) -> bool:
     """Every repeat without failures and, where the SLO bounds something, within it."""
     for summary in repeats:
+        if summary.agent_tasks is not None:  # an agentic run is judged by its tasks (analysis.task_verdict)
+            if not task_run_meets(summary):
+                return False
+            continue
         if summary.requests.failed or summary.requests.ok == 0:
             return False
         if _bounded(slo) and not run_meets_slo(summary, slo):
@@ -230,7 +237,8 @@ def judge(
 ) -> WorkloadVerdict:
     design = design or Design()
     backends = backends or {}
-    metric = "goodput_req_s" if _bounded(slo) else "output_tok_s"
+    every = [summary for by_load in runs.values() for reps in by_load.values() for summary in reps]
+    metric = task_metric(every) or ("goodput_req_s" if _bounded(slo) else "output_tok_s")
     sustained = {
         server: max((load for load, reps in by_load.items() if meets(reps, slo)), default=None)
         for server, by_load in sorted(runs.items())
@@ -388,6 +396,8 @@ def _figures(summaries: list[RunSummary]) -> tuple[tuple[str, str, str | None], 
 def _load_text(axis: str, load: float | None) -> str:
     if load is None:
         return "none"
+    if axis.startswith("task"):
+        return load_text(axis, load)
     return f"concurrency {load:g}" if axis == "concurrency" else f"{load:g} req/s"
 
 

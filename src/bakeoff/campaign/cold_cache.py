@@ -4,7 +4,7 @@ Backends with a cache-reset endpoint (vLLM, SGLang) are reset by the runner befo
 run. Those whose only way to empty the cache is a restart (``cache_reset: restart``:
 TensorRT-LLM, llama.cpp) are restarted here, before a run that needs a cold cache:
 
-- a run that measures prefix reuse (a ``sessions`` plan), or
+- a run that measures prefix reuse (a ``sessions`` or agent ``tasks`` plan), or
 - a run that sends a prompt this server has already seen (the SLO search replays one
   rate's requests on new schedules), since the cache could serve it from an earlier run.
 
@@ -47,7 +47,7 @@ def prompt_keys(plan: RunPlan) -> set[int]:
 
 def needs_cold_cache(plan: RunPlan, sent: set[int]) -> bool:
     """Could this run hit what earlier runs left in the cache, or does it measure reuse?"""
-    return plan.mode == "sessions" or not prompt_keys(plan).isdisjoint(sent)
+    return plan.mode in ("sessions", "tasks") or not prompt_keys(plan).isdisjoint(sent)
 
 
 class CellServer:

@@ -26,12 +26,14 @@ from bakeoff.measure.loadgen import run_plan
 from bakeoff.measure.metrics import WindowTargets, summarize, window_bounds
 from bakeoff.measure.multiload import Spreader
 from bakeoff.measure.slo import Slo, run_meets_slo
+from bakeoff.measure.task_metrics import task_block
 from bakeoff.observe import origin
 from bakeoff.observe.energy import EnergyMeter, energy_meter
 from bakeoff.observe.hoststats import HostWindow, host_load
 from bakeoff.observe.telemetry import (
     CacheReset,
     Snapshot,
+    counter_delta,
     prefix_cache_from_counters,
     reset_prefix_cache,
     scrape,
@@ -307,7 +309,7 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
     if slo is not None and target.slo is not None:
         slo = slo.model_copy(update={"p99_met": run_meets_slo(measured, target.slo)})
     block = None
-    if plan.mode == "sessions" or plan.trace:  # a trace's block ids design reuse too
+    if plan.designs_reuse:
         counters = prefix_cache_from_counters(run.before, run.after, backend) if backend else {}
         absent_is_zero = backend is not None and backend.request.reports_cached_tokens
         block = prefix_cache_block(
@@ -344,6 +346,12 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
             "rehearsal": target.server_info.get("kind") == "rehearsal",
             "cache_reset": CacheResetResult(**cache.to_json()),
             "prefix_cache": block,
+            "agent_tasks": task_block(
+                plan,
+                run.records,
+                backend.prefix_cache_granularity if backend else None,
+                preemptions=counter_delta(run.before, run.after, backend, "preemptions") if backend else None,
+            ),
             "trace": plan.trace or None,
             "provenance": provenance(target, run.started, finished),
             "client": run.client,
@@ -412,6 +420,7 @@ def _bandwidth_json(target: RunTarget) -> dict[str, Any] | None:
 def _unsent(plan: RunPlan, records: list[RequestRecord]) -> int:
     """Requests of the plan (warm-up included) that never got an answer of any kind."""
     planned = len(plan.warmup) + len(plan.requests) + sum(len(s.user_turns) for s in plan.sessions)
+    planned += sum(len(t.calls) for t in plan.tasks)
     return max(planned - len(records), 0)
 
 

@@ -31,7 +31,11 @@ def add_trace_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     for parser in (inspect, convert):
         parser.add_argument("file", type=Path, help="the trace file")
         parser.add_argument("--format", choices=FORMATS, help="the file's format (default: told from its first line)")
-        parser.add_argument("--block-size", type=int, help="mooncake: tokens per hash id (default: 512)")
+        parser.add_argument(
+            "--block-size",
+            type=int,
+            help="mooncake: tokens per hash id (default: 512); otel: the cache block reuse is counted in (default: 16)",
+        )
         parser.add_argument("--model", action="append", default=[], help="burstgpt: keep this Model, repeatable")
         parser.add_argument("--log-type", action="append", default=[], help="burstgpt: keep this Log Type, repeatable")
         parser.add_argument("--start-s", type=float, default=0.0, help="window start, trace seconds")

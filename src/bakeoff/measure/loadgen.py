@@ -1,5 +1,7 @@
 """Load generators: closed loop (fixed concurrency), open loop (arrival schedule), sessions.
 
+Agent task trees (mode ``tasks``) are driven by :mod:`bakeoff.measure.task_load`.
+
 They know nothing about which engine answers: they take a :class:`StreamingClient` and a
 :class:`RunPlan` and hand every finished :class:`RequestRecord` to ``on_record`` as it
 completes (the run folder's journal), so an interrupted run keeps what it measured.
@@ -27,6 +29,7 @@ from typing import Protocol
 from tqdm import tqdm
 
 from bakeoff.measure.client import StreamingClient
+from bakeoff.measure.task_load import task_loop
 from bakeoff.measure.window import WindowTracker
 from bakeoff.results.records import RequestRecord
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
@@ -105,6 +108,10 @@ async def run_plan(
                 )
             elif plan.mode == "open":
                 await open_loop(client, plan.requests, tick, max_concurrency=plan.concurrency)
+            elif plan.mode == "tasks":
+                await task_loop(
+                    client, plan.tasks, plan.concurrency, plan.workload.temperature, tick, open_loop=bool(plan.rate)
+                )
             else:
                 await sessions(client, plan.sessions, plan.concurrency or 1, plan.workload.temperature, tick)
 
@@ -140,6 +147,8 @@ def ramp_from_warmup(records: list[RequestRecord]) -> float | None:
 
 
 def _count(plan: RunPlan) -> int:
+    if plan.mode == "tasks":
+        return sum(len(t.calls) for t in plan.tasks)
     if plan.mode == "sessions":
         return sum(len(s.user_turns) for s in plan.sessions)
     return len(plan.requests)

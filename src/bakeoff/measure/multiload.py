@@ -41,6 +41,7 @@ from typing import Any
 
 from bakeoff.measure.client import ClientSettings, StreamingClient
 from bakeoff.measure.loadgen import RecordSink, Steady, closed_loop, open_loop, sessions
+from bakeoff.measure.task_load import task_loop
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.summary import ClientLoad
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
@@ -125,10 +126,11 @@ class Share:
     mode: str
     requests: list[PlannedRequest] = field(default_factory=list)
     sessions: list[Any] = field(default_factory=list)
+    tasks: list[Any] = field(default_factory=list)  # agent task trees, dealt out whole
     concurrency: int = 1
     max_concurrency: int | None = None
     duration_s: float | None = None
-    temperature: float = 0.0  # sessions: the workload's sampling temperature, the one field a turn needs
+    temperature: float = 0.0  # sessions and tasks: the workload's sampling temperature, the one field a call needs
     steady: Steady | None = None  # closed loop: this worker's part of the ramp and of the window's minimum
     lead_s: float = 0.0  # closed loop: its slots start this far into the ramp, between the others'
     slot_base: int = 0  # its slot numbers in the merged run start here
@@ -158,6 +160,15 @@ def split(plan: RunPlan, n: int, steady: Steady | None = None) -> list[Share]:
         ordered = sorted(plan.requests, key=lambda r: r.arrival_s)
         limits = [max(c, 1) if plan.concurrency else None for c in caps]
         return [Share("open", ordered[i::n], max_concurrency=limits[i]) for i in range(n)]
+    if plan.mode == "tasks":
+        # Closed loop: each worker keeps its part of the tasks in flight; open loop (no cap): arrival times.
+        caps_or_none = [max(c, 1) if plan.concurrency else None for c in caps]
+        return [
+            Share(
+                "tasks", tasks=plan.tasks[i::n], max_concurrency=caps_or_none[i], temperature=plan.workload.temperature
+            )
+            for i in range(n)
+        ]
     return [
         Share(
             "sessions", sessions=plan.sessions[i::n], concurrency=max(caps[i], 1), temperature=plan.workload.temperature
@@ -197,6 +208,9 @@ async def _work(
             )
         elif share.mode == "open":
             await open_loop(client, share.requests, sink, max_concurrency=share.max_concurrency, start_ns=epoch_ns)
+        elif share.mode == "tasks":
+            cap = share.max_concurrency
+            await task_loop(client, share.tasks, cap, share.temperature, sink, open_loop=cap is None, start_ns=epoch_ns)
         else:
             await sessions(client, share.sessions, share.concurrency, share.temperature, sink)
 

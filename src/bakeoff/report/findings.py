@@ -84,7 +84,7 @@ def _scaling_notes(who: str, closed: pd.DataFrame) -> list[str]:
 
 def _protocol_notes(notes: list[str], workload: object, server: object, group: pd.DataFrame) -> None:
     """Findings that hold for a rehearsal too: reuse realised or not, failed requests."""
-    sessions = group[group["mode"] == "sessions"]
+    sessions = group[group["mode"].isin(["sessions", "tasks"])]
     for _, row in sessions.iterrows():
         realised = row["reuse_realised"]
         if realised is not None and not pd.isna(realised) and not bool(realised):

@@ -4,6 +4,10 @@ A :class:`RequestRecord` is what the client produces for one request and what
 ``records.parquet`` stores, one row each. Timestamps are ``time.perf_counter_ns()`` values
 of the benchmarking process; only differences between them mean anything.
 
+A call of an agent task tree also says which task and call it was and which calls' replies
+its prompt carried (``depends_on``), so task times and critical paths are recomputed from
+records alone (:mod:`bakeoff.measure.task_metrics`).
+
 A reasoning model's stream has two phases, thinking then answer, sent in different delta
 fields (:mod:`bakeoff.measure.sse`). ``chunk_phase`` says which each chunk was (one entry
 per ``chunk_ns``, :data:`REASONING` or :data:`ANSWER`); it stays empty when no chunk
@@ -53,6 +57,13 @@ class RequestRecord:
     error_kind: ErrorKind | None = None
     error: str = ""
     output_text: str = ""
+    # Agent task trees (mode "tasks"): which task and call this was, the calls whose real
+    # replies its prompt carries, and a fingerprint of the messages as sent.
+    task: int = -1
+    node: int = -1
+    role: str = ""  # planner / worker / join
+    depends_on: list[int] = field(default_factory=list)  # nodes of the same task
+    sent_digest: str = ""
 
     @property
     def ok(self) -> bool:
@@ -91,7 +102,7 @@ class RequestRecord:
     def from_row(cls, row: dict[str, Any]) -> RequestRecord:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in row.items() if k in names}
-        for key in ("chunk_ns", "chunk_chars", "chunk_tokens", "chunk_phase"):
+        for key in ("chunk_ns", "chunk_chars", "chunk_tokens", "chunk_phase", "depends_on"):
             values[key] = [int(x) for x in values.get(key) or []]
         for key in ("cached_tokens", "reasoning_tokens"):
             count = values.get(key)  # parquet reads a missing integer back as NaN

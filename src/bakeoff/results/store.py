@@ -162,6 +162,11 @@ _SCHEMA = pa.schema(
         ("error_kind", pa.string()),
         ("error", pa.string()),
         ("output_text", pa.string()),
+        ("task", pa.int64()),
+        ("node", pa.int64()),
+        ("role", pa.string()),
+        ("depends_on", pa.list_(pa.int64())),
+        ("sent_digest", pa.string()),
     ]
 )
 

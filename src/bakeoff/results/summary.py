@@ -238,6 +238,51 @@ class PrefixCache(Block):
     cache_emptied_before_run: bool | None = None
 
 
+class CriticalPath(Block):
+    """Where a task's completion time went, along its critical path (mean seconds per task).
+
+    From the task's last answer back to its first call, each step to the dependency that
+    answered last: server time split at the first token (prefill: sent -> first token, queueing
+    on the server included; decode: first token -> end), and the gaps between a dependency's
+    answer and the next call (tool latency, think time, client). The parts add up to the task time.
+    """
+
+    prefill_s: float
+    decode_s: float
+    wait_s: float
+    calls: float = Field(description="calls on the critical path, mean per task")
+
+
+class DepthReuse(Block):
+    """Prompt tokens, cached tokens and designed reuse of one tree depth's calls."""
+
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int | None = Field(default=None, description="None: the server reported no cached tokens")
+    hit_rate: float | None = None
+    designed_reuse: float | None = Field(default=None, description="from the plan, before the server's granularity")
+    reusable: float | None = Field(default=None, description="the designed reuse whole cache blocks can realise")
+    ttft_ms: Stat = Field(default_factory=Stat)
+
+
+class AgentTasks(Block):
+    """Agent task trees over the run: task completion, its critical path, reuse and TTFT by depth."""
+
+    tasks: int = Field(ge=0, description="tasks whose every call answered")
+    failed_tasks: int = Field(default=0, ge=0)
+    calls: int = Field(ge=0)
+    task_s: Stat = Field(default_factory=Stat, description="first call sent -> last answer, completed tasks")
+    critical_path: CriticalPath | None = None
+    window_s: float = Field(default=0.0, description="first call sent -> last answer of the run")
+    tasks_per_min: float = 0.0
+    task_slo_s: float | None = None
+    within_slo: int | None = Field(default=None, description="completed tasks within task_slo_s")
+    task_goodput_per_min: float | None = Field(default=None, description="tasks within the task SLO per minute")
+    by_depth: dict[int, DepthReuse] = Field(default_factory=dict)
+    ttft_ms_by_role: dict[str, Stat] = Field(default_factory=dict)
+    preemptions: float | None = Field(default=None, description="KV preemptions over the run; None: not exposed")
+
+
 class Speculative(Block):
     """Speculative decoding over the run, from the server's own counters (differenced)."""
 
@@ -410,6 +455,7 @@ class RunSummary(Block):
     cache_reset: CacheResetResult | None = None
     prefix_cache: PrefixCache | None = None
     speculative: Speculative | None = Field(default=None, description="set when the server proposed draft tokens")
+    agent_tasks: AgentTasks | None = Field(default=None, description="agentic workloads: task trees over the run")
     trace: dict[str, Any] | None = Field(
         default=None, description="trace replays: source file and digest, requests, rows left out or clipped, rate"
     )

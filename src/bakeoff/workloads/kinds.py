@@ -1,9 +1,10 @@
 """The workload kinds a campaign can run: each one whole, in one class.
 
 A kind is one pydantic model: a closed-loop concurrency sweep, open-loop rates,
-multi-turn conversations over a shared prefix, long prompts mixed into interactive
-traffic, a production trace replay, and a soak (one fixed mixed load held for a duration,
-judged window by window for drift). Each owns what differs between kinds:
+multi-turn conversations over a shared prefix, agent task trees that branch and join
+(:mod:`bakeoff.workloads.agentic`), long prompts mixed into interactive traffic, a
+production trace replay, and a soak (one fixed mixed load held for a duration, judged
+window by window for drift). Each owns what differs between kinds:
 
 - its fields, as the user writes them (unknown keys fail loudly, naming the field);
 - ``plans(builder)``: its request plans and their mode (closed, open, sessions), made
@@ -24,10 +25,12 @@ import math
 import random
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter, field_validator, model_validator
 
+from bakeoff.workloads.agentic import TaskPlan, build_task, planned_prompt_tokens, tree_facts
 from bakeoff.workloads.base import Endpoint, SampledLengths, WorkloadBase, WorkloadCost
-from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, rehearsal_length
+from bakeoff.workloads.delays import Delay, as_delay
+from bakeoff.workloads.lengths import REHEARSAL_MAX_OUTPUT, LengthDist, _as_length, rehearsal_length
 from bakeoff.workloads.plans import PlanBuilder, PlannedRequest, RunPlan, SessionPlan, arrival_times, at_arrival, retime
 from bakeoff.workloads.traces.loading import load_trace
 from bakeoff.workloads.traces.plan import plan_trace
@@ -235,6 +238,128 @@ class MultiTurn(WorkloadBase):
         )
 
 
+class Agentic(WorkloadBase):
+    """Agent tasks: trees of planner, sub-agent and join calls, each fed the real replies it waits for.
+
+    The tree (:mod:`bakeoff.workloads.agentic`) comes from ``fanout`` and ``depth``; every
+    call shares the system prompt and tool schemas; tool results, tool latencies and think
+    times are drawn from the seed, so every server gets the same tree. Closed loop keeps
+    ``tasks_in_flight`` tasks going, one run per level (the pressure knob on the KV pool: where hit
+    rate and task time fall off as the trees stop fitting); ``task_rate`` starts
+    tasks open loop instead. ``task_slo_s`` bounds task completion for task goodput.
+    """
+
+    kind: Literal["agentic"] = "agentic"
+    endpoint: Literal["chat"] = "chat"
+    tasks: Annotated[int, Field(gt=0)] = 8
+    fanout: Annotated[int, Field(gt=0, le=16)] = 3
+    depth: Annotated[int, Field(gt=0, le=4)] = 1
+    system_prompt_len: Annotated[int, Field(gt=0)] = 1024
+    tool_schema_len: Annotated[int, Field(ge=0)] = 512
+    task_len: Annotated[int, Field(gt=0)] = 64
+    subtask_len: Annotated[int, Field(gt=0)] = 32
+    tool_result_len: LengthDist = Field(default_factory=lambda: LengthDist(mean=256))
+    tool_latency_s: Delay = Field(default_factory=Delay, description="wait before a sub-agent call (the tool)")
+    think_time_s: Delay = Field(default_factory=Delay, description="wait before a join call (the agent thinks)")
+    planner_output_len: Annotated[int, Field(gt=0)] = 32
+    worker_output_len: Annotated[int, Field(gt=0)] = 64
+    join_output_len: Annotated[int, Field(gt=0)] = 32
+    tasks_in_flight: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)] = Field(
+        default_factory=lambda: [2], description="closed loop: one run per level, the same trees in each"
+    )
+    task_rate: Annotated[float, Field(gt=0)] | None = Field(default=None, description="tasks/s: open loop instead")
+    task_slo_s: Annotated[float, Field(gt=0)] | None = Field(default=None, description="bound on task completion")
+    warmup_requests: Annotated[int, Field(ge=0, le=0)] = Field(
+        default=0, description="none: the first tasks' cold cache is part of what a tree measures"
+    )
+    verify_reuse: bool = Field(default=True, description="needs server cache counters or usage")
+
+    @field_validator("tasks_in_flight", mode="before")
+    @classmethod
+    def _levels(cls, value: object) -> object:
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("tool_result_len", mode="before")
+    @classmethod
+    def _lengths(cls, value: object) -> object:
+        return _as_length(value)
+
+    @field_validator("tool_latency_s", "think_time_s", mode="before")
+    @classmethod
+    def _delays(cls, value: object) -> object:
+        return as_delay(value)
+
+    def tool_latency(self, rng: random.Random) -> float:
+        return self.tool_latency_s.draw(rng)
+
+    def think_time(self, rng: random.Random) -> float:
+        return self.think_time_s.draw(rng)
+
+    def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
+
+        system_tokens = self.system_prompt_len + self.tool_schema_len
+        # One shared text: the system prompt with the tool schemas after it, as agent frameworks send them.
+        system = builder.prompts.text(system_tokens, rng)
+        tasks: list[TaskPlan] = [
+            build_task(self, builder.prompts, rng, i, system, system_tokens) for i in range(self.tasks)
+        ]
+        if self.task_rate is not None:
+            times = arrival_times(self.tasks, self.task_rate, "poisson", 1.0, self.seed)
+            for task, at in zip(tasks, times, strict=True):
+                task.arrival_s = at
+            return [RunPlan(f"r{self.task_rate:g}", "tasks", spec, rate=self.task_rate, tasks=tasks)]
+        # Each level replays the same trees (the cache is emptied between runs): only the pressure differs.
+        return [RunPlan(f"t{n}", "tasks", spec, concurrency=n, tasks=tasks) for n in self.tasks_in_flight]
+
+    def _one_tree(self) -> dict[str, int]:
+        calls = build_task(self, _LengthOnly(), random.Random(self.seed), 0, "", 0).calls
+        return tree_facts(TaskPlan(0, "", 0, calls))
+
+    def cost(self) -> WorkloadCost:
+        facts = self._one_tree()
+        levels = [None] if self.task_rate is not None else self.tasks_in_flight
+        longest = max(self.planner_output_len, self.worker_output_len, self.join_output_len) + 8
+        waits = self.depth * (self.tool_latency_s.mean_s + self.think_time_s.mean_s)
+        n, steps, fixed = 0, 0.0, 0.0
+        for level in levels:
+            waves = math.ceil(self.tasks / level) if level else 1
+            n += self.tasks * facts["calls"]
+            steps += waves * facts["critical_calls"] * longest
+            fixed += waves * waits + (self.tasks / self.task_rate if self.task_rate else 0.0)
+        return WorkloadCost(n, steps, fixed)
+
+    def longest_request(self) -> int:
+        upper = self.model_copy(update={"tool_result_len": LengthDist(mean=self.tool_result_len.upper)})
+        calls = build_task(upper, _LengthOnly(), random.Random(self.seed), 0, "", 0).calls
+        system = self.system_prompt_len + self.tool_schema_len
+        prompts = planned_prompt_tokens(TaskPlan(0, "", system, calls))
+        # Chat templates add a few tokens per message; 8 per message is a safe allowance.
+        return max(p + c.output_len + 8 * (2 * c.depth + 3) for p, c in zip(prompts, calls, strict=True))
+
+    def for_rehearsal(self) -> Agentic:
+        return self.model_copy(
+            update={
+                # Two trees two levels deep still take every path: branches, a join of joins, live replies.
+                "tasks": min(self.tasks, 2),
+                "fanout": min(self.fanout, 2),
+                "depth": min(self.depth, 2),
+                "tasks_in_flight": sorted({min(n, 2) for n in self.tasks_in_flight}),
+                "tool_latency_s": Delay(),
+                "think_time_s": Delay(),
+                "planner_output_len": min(self.planner_output_len, REHEARSAL_MAX_OUTPUT),
+                "worker_output_len": min(self.worker_output_len, REHEARSAL_MAX_OUTPUT),
+                "join_output_len": min(self.join_output_len, REHEARSAL_MAX_OUTPUT),
+            }
+        )
+
+
+class _LengthOnly:
+    """A prompt factory stand-in for shape-only trees (cost, longest request): no text is made."""
+
+    def text(self, tokens: int, rng: random.Random) -> str:
+        return ""
+
+
 class LongPromptMix(WorkloadBase):
     """Short interactive requests at a steady rate with long prompts arriving among them."""
 
@@ -427,7 +552,7 @@ class Soak(SampledLengths):
 
 
 Workload = Annotated[
-    ConcurrencySweep | OpenLoop | MultiTurn | LongPromptMix | Trace | Soak, Field(discriminator="kind")
+    ConcurrencySweep | OpenLoop | MultiTurn | Agentic | LongPromptMix | Trace | Soak, Field(discriminator="kind")
 ]
 # Reads a stored plan's workload back as its kind (RunPlan.from_json).
 WORKLOAD: TypeAdapter[Workload] = TypeAdapter(Workload)

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from bakeoff.errors import SpecError
+from bakeoff.workloads.agentic import TaskPlan, designed_rows
 from bakeoff.workloads.lengths import LengthDist, sample_length
 from bakeoff.workloads.prompts import PromptFactory
 from bakeoff.workloads.traces.rows import reused_tokens
@@ -65,7 +66,7 @@ class PlannedRequest:
     temperature: float = 0.0
 
 
-Mode = Literal["closed", "open", "sessions"]
+Mode = Literal["closed", "open", "sessions", "tasks"]
 
 
 @dataclass
@@ -103,6 +104,14 @@ class RunPlan:
     block_size: int = 0
     request_blocks: list[list[int]] = field(default_factory=list)
     trace: dict[str, Any] = field(default_factory=dict)
+    # Agent task trees (mode "tasks"): closed loop keeps ``concurrency`` tasks in flight,
+    # open loop starts each at its ``arrival_s`` (:mod:`bakeoff.workloads.agentic`).
+    tasks: list[TaskPlan] = field(default_factory=list)
+
+    @property
+    def designs_reuse(self) -> bool:
+        """Whether the plan shares prefixes by construction (conversations, task trees, a trace's blocks)."""
+        return self.mode in ("sessions", "tasks") or bool(self.trace)
 
     def to_json(self) -> bytes:
         data = asdict(self)
@@ -118,6 +127,7 @@ class RunPlan:
         from bakeoff.workloads.kinds import WORKLOAD  # deferred: kinds imports this module
 
         raw["workload"] = WORKLOAD.validate_python(raw["workload"])
+        raw["tasks"] = [TaskPlan.from_json(t) for t in raw.get("tasks", [])]
         return cls(**raw)
 
 
@@ -214,6 +224,8 @@ def _reuse_by_request(plan: RunPlan) -> list[tuple[int, int]] | None:
         if plan.block_size <= 0:
             return [(prompt, 0) for prompt, _ in sent]
         return list(zip((p for p, _ in sent), reused_tokens(sent, plan.block_size), strict=True))
+    if plan.mode == "tasks":
+        return designed_rows(plan.tasks) if plan.tasks else None
     if plan.mode != "sessions" or not plan.sessions:
         return None
     rows = []

@@ -7,6 +7,8 @@
   or seconds), ``ContextTokens``, ``GeneratedTokens``.
 - ``burstgpt``: CSV ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows can be kept by model and by log type.
+- ``otel``: OpenTelemetry GenAI spans of agent runs, one OTLP export a line
+  (:mod:`bakeoff.workloads.traces.otel`): one row per model call, block ids inferred from the tree.
 - ``bakeoff``: JSONL, an optional header line ``{"bakeoff_trace": 1, "block_size": N}``, then
   ``arrival_s``, ``prompt_tokens``, ``output_tokens`` and optional ``session_id`` and ``block_ids``.
 
@@ -28,10 +30,11 @@ from typing import Any, Literal
 import orjson
 
 from bakeoff.errors import SpecError
+from bakeoff.workloads.traces.otel import parse_otel_rows
 from bakeoff.workloads.traces.rows import LoadedTrace, TraceRow
 
-TraceFormat = Literal["mooncake", "azure", "burstgpt", "bakeoff"]
-FORMATS: tuple[TraceFormat, ...] = ("mooncake", "azure", "burstgpt", "bakeoff")
+TraceFormat = Literal["mooncake", "azure", "burstgpt", "bakeoff", "otel"]
+FORMATS: tuple[TraceFormat, ...] = ("mooncake", "azure", "burstgpt", "bakeoff", "otel")
 MAX_LISTED_PROBLEMS = 5
 BAKEOFF_HEADER_KEY = "bakeoff_trace"
 BAKEOFF_VERSION = 1
@@ -187,6 +190,11 @@ def parse_bakeoff(path: Path) -> Parsed:
     return parsed
 
 
+def parse_otel(path: Path, block_size: int) -> Parsed:
+    rows, spans = parse_otel_rows(path, block_size)
+    return Parsed(rows, spans, block_size=block_size)
+
+
 def _csv_rows(path: Path, columns: tuple[str, ...], problems: _Problems) -> Iterator[tuple[int, dict[str, str]]]:
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
@@ -282,6 +290,8 @@ def detect_format(path: Path) -> TraceFormat:
             return "mooncake"
         if BAKEOFF_HEADER_KEY in keys or "arrival_s" in keys:
             return "bakeoff"
+        if "resourceSpans" in keys:
+            return "otel"
     columns = {c.strip() for c in first.split(",")}
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= columns:
         return "azure"

@@ -14,6 +14,7 @@ import numpy as np
 
 from bakeoff.workloads.kinds import Trace
 from bakeoff.workloads.traces.loading import load_trace
+from bakeoff.workloads.traces.otel import render_shape, tree_shape
 from bakeoff.workloads.traces.rows import SHARING_CLASSES, reuse_share, reused_tokens, sharing_class
 
 QUANTILES = (50, 90, 99)
@@ -51,7 +52,9 @@ def summarize_trace(wl: Trace, bin_s: float | None = None) -> dict[str, Any]:
     classes = [sharing_class(n, r.prompt_tokens) for n, r in zip(reused, trace.rows, strict=True)]
     peak = max((r for _, r in rates), default=0.0)
     mean = (len(arrivals) - 1) / span if span > 0 else None
+    tree = tree_shape(trace.source) if trace.format == "otel" else None
     return {
+        "tree": tree,
         "source": str(trace.source),
         "format": trace.format,
         "rows_in_file": trace.rows_in_file,
@@ -97,6 +100,8 @@ def render(summary: dict[str, Any]) -> str:
         )
     if s["sessions"]:
         lines.append(f"sessions      {s['sessions']}")
+    if s.get("tree"):
+        lines += render_shape(s["tree"])
     if s["block_size"]:
         classes = ", ".join(f"{n} {c}" for c, n in s["sharing_classes"].items())
         lines.append(

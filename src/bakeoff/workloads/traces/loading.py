@@ -18,7 +18,14 @@ import orjson
 
 from bakeoff.errors import SpecError
 from bakeoff.paths import shipped
-from bakeoff.workloads.traces.formats import Parsed, parse_azure, parse_bakeoff, parse_burstgpt, parse_mooncake
+from bakeoff.workloads.traces.formats import (
+    Parsed,
+    parse_azure,
+    parse_bakeoff,
+    parse_burstgpt,
+    parse_mooncake,
+    parse_otel,
+)
 from bakeoff.workloads.traces.rows import LoadedTrace
 from bakeoff.workloads.traces.spec import TraceSpec
 
@@ -41,6 +48,8 @@ def _parse(path: Path, wl: TraceSpec) -> Parsed:
         return parse_mooncake(path, wl.tokens_per_block)
     if wl.format == "azure":
         return parse_azure(path)
+    if wl.format == "otel":
+        return parse_otel(path, wl.tokens_per_block)
     if wl.format == "burstgpt":
         parsed = parse_burstgpt(path, wl.models, wl.log_types)
         for option, column in (("models", "Model"), ("log_types", "Log Type")):
