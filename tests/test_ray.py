@@ -218,8 +218,9 @@ def test_a_killed_worker_fails_only_its_cell_which_is_retried_reported_and_never
 def test_auto_repeats_on_ray_stop_after_the_deciding_round_and_never_queue_a_later_one(
     cluster: Path, tiny_model: Path
 ) -> None:
-    # b streams twice as fast as a (a token every 10 ms against 20): decided at the first look.
-    fast = BACKEND.replace("name: refproc", "name: reffast").replace(f'"{ITL_MS:g}"]', '"10"]')
+    # b streams four times as fast as a (a token every 5 ms against 20): decided at the first look
+    # even on 2 loaded cores, where a 2x gap once needed a third round.
+    fast = BACKEND.replace("name: refproc", "name: reffast").replace(f'"{ITL_MS:g}"]', '"5"]')
     (cluster / "backends" / "reffast.yaml").write_text(fast)  # where the workers look
     path = cluster / "auto.yaml"
     path.write_text(campaign_yaml(tiny_model, 8, "repeats: auto\nmin_repeats: 2\nmax_repeats: 4\n", "reffast"))
