@@ -3,11 +3,12 @@
 Two rules on top of ``--dist loadscope`` (a module, or a class, runs on one worker):
 
 - **Shared scopes.** Tests in different modules that must run on one worker form one scope
-  (a module, or one test named by its id): the tests that borrow the session's started small-model engines (``small_engines``: a
-  second worker would start a second set), and the modules that start podman containers (the
-  container campaign asserts that no bakeoff container is left, which a container test on
-  another worker would break for a moment). `make test` runs the real-engine phase on two
-  workers: these two scopes take one each, and the rest fill in.
+  (a module, or one test named by its id): the tests that borrow the session's started
+  small-model engines (``small_engines``: a second worker would start a second set), and the
+  modules that start podman containers (the container campaign asserts that no bakeoff
+  container is left, which a container test on another worker would break for a moment).
+  `make test` runs the real-engine phase on two workers: these two scopes take one each, and
+  the rest fill in.
 - **Longest first.** xdist hands scopes out largest test count first, which put the
   four-test rehearsal classes and the one-test campaign modules (test_rehearsal,
   test_verdict_campaign) last: they ended the unit phase with one worker busy for a minute
@@ -75,8 +76,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     strays = {
         module_of(item.nodeid)
         for item in items
-        if "small_engines" in getattr(item, "fixturenames", ())
-        and shared_scope(item.nodeid) != "small-engines"
+        if "small_engines" in getattr(item, "fixturenames", ()) and shared_scope(item.nodeid) != "small-engines"
     }
     if strays:
         raise pytest.UsageError(
