@@ -33,3 +33,8 @@ def test_a_phase_run_beside_another_is_shown_but_not_added_to_the_total(tmp_path
     assert "| **total** | **550** |" in text  # 300 + 250: lint's 40 s were inside the unit phase's
     assert text.endswith("suite after set-up: 550 s, OVER the 540 s budget")
     assert "42.0 s  tests/test_x.py::test_slow  [unit]" in text
+    # A unit phase shorter than lint: `make test` waited for lint, so its overshoot counts.
+    files["unit"]["wall_s"] = 25
+    (tmp_path / "unit.json").write_text(json.dumps(files["unit"]))
+    text = script.table(script.load(tmp_path), slowest=5, budget=540)
+    assert "| **total** | **290** |" in text  # 25 + (40 - 25) + 250
