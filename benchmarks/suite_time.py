@@ -25,6 +25,11 @@ class SlowTest(TypedDict):
     seconds: float
 
 
+class CpuTest(TypedDict):
+    test: str
+    cpu_s: float
+
+
 class PhaseTiming(TypedDict):
     """One phase's file, as tests/suite_timing.py writes it (lint's holds the first two keys only)."""
 
@@ -35,6 +40,8 @@ class PhaseTiming(TypedDict):
     cpu_busy: NotRequired[float]
     engine_starts: NotRequired[dict[str, int]]
     slowest: NotRequired[list[SlowTest]]
+    test_cpu_s: NotRequired[float]
+    most_cpu: NotRequired[list[CpuTest]]
     beside: NotRequired[str]  # ran at the same time as that phase, started with it
 
 
@@ -59,6 +66,12 @@ def table(phases: list[PhaseTiming], slowest: int, budget: float) -> str:
     tests = [(t["seconds"], phase["phase"], t["test"]) for phase in phases for t in phase.get("slowest", [])]
     lines += ["", f"The {slowest} slowest tests (setup + call + teardown):", ""]
     lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(tests, reverse=True)[:slowest]]
+    # In a phase whose cores are all busy, the CPU a test spends (with its kernels, servers and
+    # subprocesses) is what lengthens the phase; its wall time may be mostly waiting.
+    heavy = [(t["cpu_s"], phase["phase"], t["test"]) for phase in phases for t in phase.get("most_cpu", [])]
+    if heavy:
+        lines += ["", f"The {slowest} tests that spent the most CPU (with the children they reaped):", ""]
+        lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(heavy, reverse=True)[:slowest]]
     verdict = "within" if total <= budget else "OVER"
     lines += ["", f"suite after set-up: {total:.0f} s, {verdict} the {budget:.0f} s budget"]
     return "\n".join(lines)

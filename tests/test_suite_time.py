@@ -22,7 +22,14 @@ def test_a_phase_run_beside_another_is_shown_but_not_added_to_the_total(tmp_path
     slow = [{"test": "tests/test_x.py::test_slow", "seconds": 42.0}]
     files = {
         "lint": {"phase": "lint", "wall_s": 40, "beside": "unit"},
-        "unit": {"phase": "unit", "wall_s": 300, "tests": 10, "cpu_busy": 0.9, "slowest": slow},
+        "unit": {
+            "phase": "unit",
+            "wall_s": 300,
+            "tests": 10,
+            "cpu_busy": 0.9,
+            "slowest": slow,
+            "most_cpu": [{"test": "tests/test_x.py::test_busy", "cpu_s": 30.5}],
+        },
         "engine": {"phase": "engine", "wall_s": 250, "tests": 2, "engine_starts": {"vllm": 3}},
     }
     for name, data in files.items():
@@ -33,6 +40,7 @@ def test_a_phase_run_beside_another_is_shown_but_not_added_to_the_total(tmp_path
     assert "| **total** | **550** |" in text  # 300 + 250: lint's 40 s were inside the unit phase's
     assert text.endswith("suite after set-up: 550 s, OVER the 540 s budget")
     assert "42.0 s  tests/test_x.py::test_slow  [unit]" in text
+    assert "the most CPU" in text and "30.5 s  tests/test_x.py::test_busy  [unit]" in text
     # A unit phase shorter than lint: `make test` waited for lint, so its overshoot counts.
     files["unit"]["wall_s"] = 25
     (tmp_path / "unit.json").write_text(json.dumps(files["unit"]))
