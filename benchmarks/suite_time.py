@@ -25,6 +25,11 @@ class SlowTest(TypedDict):
     seconds: float
 
 
+class CpuTest(TypedDict):
+    test: str
+    cpu_s: float
+
+
 class PhaseTiming(TypedDict):
     """One phase's file, as tests/suite_timing.py writes it (lint's holds the first two keys only)."""
 
@@ -35,6 +40,9 @@ class PhaseTiming(TypedDict):
     cpu_busy: NotRequired[float]
     engine_starts: NotRequired[dict[str, int]]
     slowest: NotRequired[list[SlowTest]]
+    test_cpu_s: NotRequired[float]
+    most_cpu: NotRequired[list[CpuTest]]
+    beside: NotRequired[str]  # ran at the same time as that phase, started with it
 
 
 def load(folder: Path) -> list[PhaseTiming]:
@@ -45,15 +53,25 @@ def load(folder: Path) -> list[PhaseTiming]:
 def table(phases: list[PhaseTiming], slowest: int, budget: float) -> str:
     lines = ["| phase | wall s | tests | cores busy | engine starts |", "|---|---:|---:|---:|---|"]
     total = 0.0
+    walls = {phase["phase"]: phase["wall_s"] for phase in phases}
     for phase in phases:
-        total += phase["wall_s"]
+        beside = phase.get("beside")
+        # A phase run beside another adds only the time it outlasted it (`make test` waits for both).
+        total += max(0.0, phase["wall_s"] - walls.get(beside, 0.0)) if beside else phase["wall_s"]
         started = ", ".join(f"{n} {kind}" for kind, n in phase.get("engine_starts", {}).items()) or "none"
         busy = f"{phase['cpu_busy']:.0%}" if "cpu_busy" in phase else ""
-        lines.append(f"| {phase['phase']} | {phase['wall_s']:.0f} | {phase.get('tests', '')} | {busy} | {started} |")
+        wall = f"{phase['wall_s']:.0f}" + (f" (beside {beside})" if beside else "")
+        lines.append(f"| {phase['phase']} | {wall} | {phase.get('tests', '')} | {busy} | {started} |")
     lines.append(f"| **total** | **{total:.0f}** | | | |")
     tests = [(t["seconds"], phase["phase"], t["test"]) for phase in phases for t in phase.get("slowest", [])]
     lines += ["", f"The {slowest} slowest tests (setup + call + teardown):", ""]
     lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(tests, reverse=True)[:slowest]]
+    # In a phase whose cores are all busy, the CPU a test spends (with its kernels, servers and
+    # subprocesses) is what lengthens the phase; its wall time may be mostly waiting.
+    heavy = [(t["cpu_s"], phase["phase"], t["test"]) for phase in phases for t in phase.get("most_cpu", [])]
+    if heavy:
+        lines += ["", f"The {slowest} tests that spent the most CPU (with the children they reaped):", ""]
+        lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(heavy, reverse=True)[:slowest]]
     verdict = "within" if total <= budget else "OVER"
     lines += ["", f"suite after set-up: {total:.0f} s, {verdict} the {budget:.0f} s budget"]
     return "\n".join(lines)

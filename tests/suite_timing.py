@@ -4,7 +4,9 @@
 ``--suite-times=.suite-times --suite-phase=NAME``; at the end of the phase this writes
 ``DIR/NAME.json``: the phase's wall time, its test count, each test's setup + call + teardown
 seconds (the session fixture a test is the first to use is charged to it, as pytest's own
-``--durations`` does) and the vLLM and llama.cpp servers started while it ran, counted from
+``--durations`` does) and the CPU seconds its process and the children it reaped spent (a
+test's kernels, servers and subprocesses: where a phase whose cores are all busy spends them),
+and the vLLM and llama.cpp servers started while it ran, counted from
 the process table (``engine_starts``: a process or a container), and how busy the machine's cores
 were over the phase (``cpu_busy``: 1.0 is every core busy the whole time; a phase well under it
 leaves room that running more at once would use). ``benchmarks/suite_time.py`` prints the table.
@@ -15,9 +17,11 @@ Under pytest-xdist only the controller writes: it receives every worker's report
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Generator
 from pathlib import Path
 
 import psutil
@@ -69,6 +73,33 @@ class EngineStarts:
         return {kind: len(pids) for kind, pids in sorted(self.seen.items())}
 
 
+CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of every child it has reaped, so far."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class TestCpu:
+    """Charges each test the CPU its worker process and the children it reaped spent from its setup
+    to its teardown; the teardown report carries it (``user_properties``) to the xdist controller."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        item.stash[CPU_AT_SETUP] = _cpu_s()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when == "teardown" and CPU_AT_SETUP in item.stash:
+            report.user_properties.append(("cpu_s", round(_cpu_s() - item.stash[CPU_AT_SETUP], 2)))
+        return report
+
+
 class SuiteTiming:
     def __init__(self, out_dir: Path, phase: str) -> None:
         self.out_dir = out_dir
@@ -77,6 +108,7 @@ class SuiteTiming:
         self.started_wall = time.time()  # reports carry wall-clock start and stop times
         self.finished: dict[str, tuple[str, float]] = {}
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = {}
         self.outcomes: dict[str, str] = {}
         self.engines = EngineStarts()
         self.cpu_at_start = psutil.cpu_times()
@@ -84,6 +116,9 @@ class SuiteTiming:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
+        for name, value in report.user_properties:
+            if name == "cpu_s" and isinstance(value, (int, float)):
+                self.cpu[report.nodeid] = float(value)
         # When each test finished, on which worker: where a phase's last minutes went.
         worker = getattr(report, "worker_id", None) or "main"
         self.finished[report.nodeid] = (worker, round(report.stop - self.started_wall, 1))
@@ -127,6 +162,7 @@ class SuiteTiming:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.engines.sample()
         slowest = sorted(self.seconds.items(), key=lambda kv: kv[1], reverse=True)
+        heaviest = sorted(self.cpu.items(), key=lambda kv: kv[1], reverse=True)
         record = {
             "phase": self.phase,
             "wall_s": round(time.monotonic() - self.started, 1),
@@ -135,6 +171,8 @@ class SuiteTiming:
             "cpu_busy": self._cpu_busy(),
             "engine_starts": self.engines.counts(),
             "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
+            "test_cpu_s": round(sum(self.cpu.values()), 1),
+            "most_cpu": [{"test": nodeid, "cpu_s": round(c, 1)} for nodeid, c in heaviest[:30]],
             "last_finished": self._last_per_worker(),
         }
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -146,6 +184,9 @@ class SuiteTiming:
 
 def pytest_configure(config: pytest.Config) -> None:
     out = config.getoption("--suite-times", default=None)
-    if out is None or hasattr(config, "workerinput"):
+    if out is None:
+        return
+    config.pluginmanager.register(TestCpu(), "bakeoff-test-cpu")  # on each worker, where tests run
+    if hasattr(config, "workerinput"):
         return
     config.pluginmanager.register(SuiteTiming(Path(out), config.getoption("--suite-phase")), "bakeoff-suite-timing")

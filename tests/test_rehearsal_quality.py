@@ -227,11 +227,13 @@ def test_a_rehearsed_int4_campaign_shows_the_quality_drop_against_an_fp16_baseli
     (trtllm,) = [s for s in raw["servers"] if s["backend"] == "trtllm" and "model_path" in s]
     fp16 = {**raw, "servers": [{**trtllm, "model_path": "/models/llama-7b"}]}
     (tmp_path / "fp16.yaml").write_text(yaml.safe_dump(fp16))
-    baseline = run_campaign(tmp_path / "fp16.yaml", out_dir=tmp_path / "fp16", rehearse=True).parent
+    baseline = run_campaign(
+        tmp_path / "fp16.yaml", out_dir=tmp_path / "fp16", rehearse=True, cell_notebooks=False
+    ).parent
     int4 = {**raw, "quality": {**raw["quality"], "baseline": str(baseline)}}
     (tmp_path / "int4.yaml").write_text(yaml.safe_dump(int4))
     folder = run_campaign(
-        tmp_path / "int4.yaml", out_dir=tmp_path / "int4", only=[trtllm["label"]], rehearse=True
+        tmp_path / "int4.yaml", out_dir=tmp_path / "int4", only=[trtllm["label"]], rehearse=True, cell_notebooks=False
     ).parent
 
     items = [i for i in load_prompt_set(raw["quality"]["prompts"]) if i.kind != "perplexity"]

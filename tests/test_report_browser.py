@@ -67,7 +67,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> tupl
         env.setenv("BAKEOFF_HISTORY", str(tmp_path / "history"))  # the archive of this run stays in tmp
         path = tmp_path / "c.yaml"
         path.write_text(campaign(tiny_model))
-        report = run_campaign(path, out_dir=tmp_path / "out")
+        report = run_campaign(path, out_dir=tmp_path / "out", cell_notebooks=False)  # the report is under test
     return report, open_in_chromium(report, tmp_path)
 
 

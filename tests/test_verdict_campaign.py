@@ -48,8 +48,10 @@ def test_twins_are_never_a_win_and_a_30_percent_gap_is_decided_within_max_repeat
     )
     out = tmp_path / "reports" / "twins"
     env = {**os.environ, "BAKEOFF_BACKENDS_DIR": str(backends), "BAKEOFF_HISTORY": str(tmp_path / "history")}
+    # Cells in this process (--no-cell-notebooks): the verdict is under test, not the notebook kernel.
+    argv = ["campaign", "run", str(campaign), "--out", str(out), "--fresh", "--no-cell-notebooks"]
     done = subprocess.run(
-        [sys.executable, "-m", "bakeoff", "campaign", "run", str(campaign), "--out", str(out), "--fresh"],
+        [sys.executable, "-m", "bakeoff", *argv],
         env=env,
         cwd=tmp_path,
         capture_output=True,

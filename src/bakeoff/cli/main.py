@@ -156,6 +156,12 @@ def _add_campaign_commands(sub: Subcommands) -> None:
         "before any cell, naming the server and the step)",
     )
     run.add_argument(
+        "--no-cell-notebooks",
+        action="store_true",
+        help="measure each cell in this process instead of a notebook kernel per cell (seconds quicker a cell); "
+        "the same runs and report, each cell's bench.ipynb shows its runs when opened",
+    )
+    run.add_argument(
         "--fresh",
         action="store_true",
         help="measure every cell again; by default cells already measured in the output folder with the same "
@@ -365,6 +371,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             fresh=args.fresh,
             skip_preflight=args.skip_preflight,
             smoke="only" if args.smoke else "off" if args.no_smoke else "auto",
+            cell_notebooks=not args.no_cell_notebooks,
         )
     if args.smoke:
         print(f"smoke: every server passed ({report})")

@@ -1,0 +1,66 @@
+"""Cells measured in bakeoff's own process (``cell_notebooks=False``, ``--no-cell-notebooks``).
+
+The same runs, records and report as through a notebook kernel per cell; no kernel starts, so
+no cell's ``bench.ipynb`` is executed; and a cell whose measuring code raises fails alone, as a
+kernel would have contained it, while the campaign goes on to the next cell and the report.
+The kernel path itself: tests/test_resume.py (Ctrl-C through the kernel), tests/test_packaging.py
+and tests/test_e2e_container.py (every cell's notebook).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff.campaign import execute
+from bakeoff.campaign.execute import run_campaign
+from bakeoff.results.layout import load_cells
+
+BACKEND = """\
+name: refinproc
+display_name: reference server (in-process cells test)
+runtime: process
+accelerator: cpu
+command: ["{python}", "-m", "bakeoff.ref.server", "--port", "{port}", "--model", "{served_model_name}",
+          "--ttft-ms", "5", "--itl-ms", "5"]
+health: {path: /health, timeout_s: 20, interval_s: 0.1}
+cache_reset: {kind: none}
+"""
+
+
+def test_in_process_cells_measure_without_a_kernel_and_a_raising_cell_fails_alone(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "refinproc.yaml").write_text(BACKEND)
+    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"name: inproc\nmodel: {{path: {tiny_model}, served_name: m}}\n"
+        "servers: [{backend: refinproc, label: a}, {backend: refinproc, label: b}, {backend: refinproc, label: c}]\n"
+        "workloads: [{kind: concurrency, name: w, levels: [2], requests_per_level: 6, warmup_requests: 0,"
+        " input_len: 8, output_len: 8, min_duration_s: 0}]\n"
+        "measure_warm_restart: false\nrepeats: 1\n"
+    )
+    real = execute.run_cell
+
+    def run_cell(campaign_dir: Path, server: str, workload: str, repeat: int = 1, **kw: Any) -> dict[str, Any]:
+        if server == "b":
+            raise RuntimeError("planted: b's measuring code raised")
+        return real(campaign_dir, server, workload, repeat, **kw)
+
+    monkeypatch.setattr(execute, "run_cell", run_cell)
+    report = run_campaign(path, out_dir=tmp_path / "out", cell_notebooks=False)
+
+    assert report.is_file()
+    said = capsys.readouterr()
+    assert "RuntimeError: planted: b's measuring code raised" in said.out, said.out
+    assert "cells that failed: b__w" in said.err, said.err
+    cells = {c.server["label"]: c for c in load_cells(tmp_path / "out")}
+    for label in ("a", "c"):  # before and after the failed cell
+        cell = cells[label]
+        assert cell.status == "ok" and set(cell.summaries) == {"c2"}, (label, cell.status)
+        assert cell.summaries["c2"].requests.ok == 6
+        assert not (cell.dir / "bench.ipynb").exists()  # measured here: no kernel executed it
