@@ -6,6 +6,7 @@ whose servers are the reference server as a process backend, as the resume tests
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -219,7 +220,10 @@ def test_auto_repeats_on_ray_stop_after_the_deciding_round_and_never_queue_a_lat
     cluster: Path, tiny_model: Path
 ) -> None:
     # b streams four times as fast as a (a token every 5 ms against 20): decided at the first look
-    # even on 2 loaded cores, where a 2x gap once needed a third round.
+    # (round 2) on a quiet host; on 2 loaded cores the two runs of a side can differ by a third,
+    # and with n = 2 a side that once left the first look undecided (a 2x gap needed round 3 more
+    # often). What is asserted is the stop: the rounds taken are every round that ran, and none
+    # after the deciding one was queued.
     fast = BACKEND.replace("name: refproc", "name: reffast").replace(f'"{ITL_MS:g}"]', '"5"]')
     (cluster / "backends" / "reffast.yaml").write_text(fast)  # where the workers look
     path = cluster / "auto.yaml"
@@ -228,20 +232,22 @@ def test_auto_repeats_on_ray_stop_after_the_deciding_round_and_never_queue_a_lat
     assert run_cells_on_ray(ray, path, store) == []
     out = store.local
     # The folder says what a serial run says: the rounds taken and why it stopped.
-    assert read_json(out / AUTO_REPEATS) == {
-        "rounds": 2, "max_repeats": 4, "why": "every verdict decided", "undecided": []
-    }  # fmt: skip
+    stopped = read_json(out / AUTO_REPEATS)
+    taken = stopped["rounds"]
+    assert taken in (2, 3), stopped
+    assert stopped == {"rounds": taken, "max_repeats": 4, "why": "every verdict decided", "undecided": []}
     note = auto_repeats_note(out)
-    assert note is not None and "2 round(s) of at most 4: every verdict decided" in note
+    assert note is not None and f"{taken} round(s) of at most 4: every verdict decided" in note
     (found,) = verdicts(out)
     assert found.levels[2.0].winner == "b"
-    # Rounds 3 and 4 were never queued: no cell of theirs has a folder, let alone a run.
-    first, second = ["a__w", "b__w"], ["b__w__r2", "a__w__r2"]
-    assert sorted(p.name for p in (out / "cells").iterdir()) == sorted(first + second)
-    info = {c: read_json(out / "cells" / c / "cell.json") for c in first + second}
+    # No round after the deciding one was queued: no cell of theirs has a folder, let alone a run.
+    rounds = [[f"{c}__r{r}" if r > 1 else c for c in ("a__w", "b__w")] for r in range(1, taken + 1)]
+    assert sorted(p.name for p in (out / "cells").iterdir()) == sorted(c for cells in rounds for c in cells)
+    info = {c: read_json(out / "cells" / c / "cell.json") for cells in rounds for c in cells}
     assert all(i["status"] == "ok" for i in info.values())
-    # Round 2 was queued only once round 1 had finished (the look between them).
-    assert max(info[c]["finished_at"] for c in first) <= min(info[c]["started_at"] for c in second)
+    # Each round was queued only once the one before had finished (the look between them).
+    for before, after in itertools.pairwise(rounds):
+        assert max(info[c]["finished_at"] for c in before) <= min(info[c]["started_at"] for c in after)
     assert not our_servers()
 
 
