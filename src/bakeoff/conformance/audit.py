@@ -35,6 +35,7 @@ import yaml
 from bakeoff.conformance.wheel_scan import ConfigField, Flag, Metric, Site, WheelIndex, scan_wheel
 from bakeoff.errors import SpecError
 from bakeoff.paths import user_cache_dir
+from bakeoff.results.layout import load_yaml
 from bakeoff.serving.backends import BackendSpec, KnobSpec, load_backend
 from bakeoff.serving.knobs import value_key
 
@@ -487,7 +488,7 @@ _TABLE_HEADER = """\
 
 
 def write_defaults_table(path: Path, backend: BackendSpec, index: WheelIndex) -> None:
-    data = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    data = load_yaml(path.read_text()) if path.is_file() else {}
     data = data if isinstance(data, dict) else {}
     data[backend.name] = defaults_table(backend, index, data.get(backend.name))
     path.write_text(_TABLE_HEADER + yaml.safe_dump(data, sort_keys=False, width=100))

@@ -69,6 +69,12 @@ def rehearsal_marker(campaign_dir: Path) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
+def load_yaml(text: str) -> Any:
+    """YAML text as plain data: bakeoff's one YAML reader besides the campaign spec loader and the
+    backend definitions (a campaign folder's copy here, CDI specs, the audit's defaults table)."""
+    return yaml.safe_load(text)
+
+
 def read_campaign_copy(folder: Path) -> dict[str, Any]:
     """The campaign as run (``campaign.yaml`` in a campaign folder or archive), as its raw mapping.
 
@@ -76,7 +82,7 @@ def read_campaign_copy(folder: Path) -> dict[str, Any]:
     history sit below the campaign stage and cannot import :class:`CampaignSpec`, so they read the
     file here and name the keys they use. An empty or non-mapping file reads as ``{}``.
     """
-    raw = yaml.safe_load((folder / CAMPAIGN_COPY).read_text())
+    raw = load_yaml((folder / CAMPAIGN_COPY).read_text())
     return raw if isinstance(raw, dict) else {}
 
 

@@ -37,11 +37,9 @@ Per-request formulas (peers disagree, so these are bakeoff's own):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
+from bakeoff.results.agent_metrics import AGENT_METRICS
 from bakeoff.results.formulas import (
-    Samples,
     e2e_from_send_ms,
     e2e_ms,
     itl_ms,
@@ -61,78 +59,11 @@ from bakeoff.results.formulas import (
     ttft_from_send_ms,
     ttft_ms,
 )
+from bakeoff.results.metric_row import Metric, distribution, figure
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
-from bakeoff.results.summary import STAT_LABELS, AgentTasks, Latency, RunSummary, Stat, StatName
+from bakeoff.results.summary import STAT_LABELS, Latency, RunSummary, StatName
 
 # --- the table ----------------------------------------------------------------------------
-
-Better = Literal["higher", "lower"]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One reported metric.
-
-    A distribution has ``samples`` (per-request values -> a :class:`Stat` in ``latency``);
-    its ``column`` holds ``{stat}`` for the statistic's label. A run-level figure has
-    ``read``. ``frame_stats`` / ``headline_stats``: statistics carried into the results
-    frame / shown in the headline table; ``headline`` does the same for a run-level figure.
-    """
-
-    key: str
-    name: str  # as the glossary names it
-    unit: str
-    definition: str
-    better: Better | None
-    column: str
-    samples: Samples | None = None
-    read: Callable[[RunSummary], float | None] | None = None
-    frame_stats: tuple[StatName, ...] = ("p50", "p90", "p99")
-    headline_stats: tuple[StatName, ...] = ()
-    headline: bool = False
-    # Exists only for some runs (reasoning phases): with no sample it is absent, not unsupported.
-    conditional: bool = False
-
-    def stat(self, summary: RunSummary) -> Stat:
-        return summary.latency.get(self.key)
-
-    def value(self, summary: RunSummary, stat: StatName | None = None) -> float | None:
-        """The figure from a summary: ``stat`` of a distribution, or the run-level value."""
-        if self.read is not None:
-            return self.read(summary)
-        dist = self.stat(summary)
-        # A distribution marked unsupported (coalesced chunks) has no figure to show, only its reason.
-        return None if dist.unsupported is not None else dist.value(stat or "p50")
-
-
-def _distribution(
-    key: str,
-    name: str,
-    definition: str,
-    column: str,
-    samples: Samples,
-    *,
-    unit: str = "ms",
-    better: Better = "lower",
-    frame: tuple[StatName, ...] = ("p50", "p90", "p99"),
-    headline: tuple[StatName, ...] = (),
-    conditional: bool = False,
-) -> Metric:
-    return Metric(key, name, unit, definition, better, column, samples, None, frame, headline, False, conditional)
-
-
-def _figure(
-    key: str,
-    name: str,
-    unit: str,
-    definition: str,
-    better: Better | None,
-    read: Callable[[RunSummary], float | None],
-    *,
-    column: str = "",
-    headline: bool = False,
-) -> Metric:
-    return Metric(key, name, unit, definition, better, column or name, None, read, (), (), headline)
 
 
 def _effort(summary: RunSummary, field: str) -> float | None:
@@ -145,77 +76,8 @@ def _prefix(summary: RunSummary, field: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _tasks(summary: RunSummary, read: Callable[[AgentTasks], float | None]) -> float | None:
-    """A figure of an agentic run's task block (None for other runs)."""
-    return read(summary.agent_tasks) if summary.agent_tasks is not None else None
-
-
-def _path(summary: RunSummary, field: str) -> float | None:
-    path = summary.agent_tasks.critical_path if summary.agent_tasks is not None else None
-    return None if path is None else float(getattr(path, field))
-
-
-# Agentic workloads (issue [20]): a task is the unit an agent team waits for, so it is judged by tasks.
-AGENT_METRICS: tuple[Metric, ...] = (
-    *(
-        _figure(
-            f"task_s_{stat}",
-            f"task time {STAT_LABELS[stat]}",
-            "s",
-            f"agent tasks: {STAT_LABELS[stat]} of task completion time, the task's first call sent → its last "
-            "answer, over tasks whose every call answered (nearest rank; n is the task count).",
-            "lower",
-            lambda s, stat=stat: _tasks(s, lambda t: t.task_s.value(stat)),  # type: ignore[misc]
-        )
-        for stat in ("p50", "p90", "p99")
-    ),
-    _figure(
-        "tasks_per_min",
-        "task throughput",
-        "tasks/min",
-        "agent tasks completed per minute over the run (first call sent → last answer).",
-        "higher",
-        lambda s: _tasks(s, lambda t: t.tasks_per_min),
-    ),
-    _figure(
-        "task_goodput_per_min",
-        "task goodput",
-        "tasks/min",
-        "agent tasks completed within the workload's `task_slo_s` per minute: what an agentic verdict ranks by.",
-        "higher",
-        lambda s: _tasks(s, lambda t: t.task_goodput_per_min),
-    ),
-    _figure(
-        "critical_prefill_s",
-        "critical-path prefill",
-        "s",
-        "agent tasks: mean seconds per task on the critical path between sending a call and its first token "
-        "(queueing on the server and prefill).",
-        "lower",
-        lambda s: _path(s, "prefill_s"),
-    ),
-    _figure(
-        "critical_decode_s",
-        "critical-path decode",
-        "s",
-        "agent tasks: mean seconds per task on the critical path between a call's first token and its end.",
-        "lower",
-        lambda s: _path(s, "decode_s"),
-    ),
-    _figure(
-        "critical_wait_s",
-        "critical-path waits",
-        "s",
-        "agent tasks: mean seconds per task on the critical path between a dependency's answer and the next "
-        "call (tool latency, think time, client).",
-        None,
-        lambda s: _path(s, "wait_s"),
-    ),
-)
-
-
 METRICS: tuple[Metric, ...] = (
-    _figure(
+    figure(
         "output_tok_s",
         "output tok/s",
         "tok/s",
@@ -226,7 +88,7 @@ METRICS: tuple[Metric, ...] = (
         column="out tok/s",
         headline=True,
     ),
-    _figure(
+    figure(
         "offered_req_s",
         "offered req/s",
         "req/s",
@@ -235,7 +97,7 @@ METRICS: tuple[Metric, ...] = (
         None,
         lambda s: s.throughput.offered_req_s,
     ),
-    _figure(
+    figure(
         "total_tok_s",
         "total tok/s",
         "tok/s",
@@ -243,7 +105,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: s.throughput.total_tok_s,
     ),
-    _figure(
+    figure(
         "req_s",
         "req/s",
         "req/s",
@@ -252,7 +114,7 @@ METRICS: tuple[Metric, ...] = (
         lambda s: s.throughput.req_s,
         headline=True,
     ),
-    _distribution(
+    distribution(
         "ttft_ms",
         "TTFT",
         "request sent (open loop, trace: its scheduled time) → first chunk that carries generated tokens of "
@@ -264,7 +126,7 @@ METRICS: tuple[Metric, ...] = (
         per_request(ttft_ms),
         headline=("p50", "p99"),
     ),
-    _distribution(
+    distribution(
         "ttfr_ms",
         "TTFR",
         "reasoning models: request sent → first chunk of reasoning (thinking) tokens; over the requests that reasoned.",
@@ -273,7 +135,7 @@ METRICS: tuple[Metric, ...] = (
         frame=("p50", "p99"),
         conditional=True,
     ),
-    _distribution(
+    distribution(
         "ttfa_ms",
         "TTFA",
         "reasoning models: request sent → first chunk of answer (`content`) tokens, after the whole reasoning "
@@ -283,7 +145,7 @@ METRICS: tuple[Metric, ...] = (
         headline=("p50", "p99"),
         conditional=True,
     ),
-    _distribution(
+    distribution(
         "ttft_from_send_ms",
         "TTFT from send",
         "request actually sent → first content chunk: TTFT without the wait for a free slot; equal to TTFT "
@@ -292,14 +154,14 @@ METRICS: tuple[Metric, ...] = (
         per_request(ttft_from_send_ms),
         frame=("p50", "p99"),
     ),
-    _distribution(
+    distribution(
         "ttfb_ms",
         "TTFB",
         "request sent → first stream event of any kind (what some tools report as TTFT).",
         "TTFB {stat} ms",
         per_request(ttfb_ms),
     ),
-    _distribution(
+    distribution(
         "tpot_ms",
         "TPOT",
         "(last content chunk − first content chunk) / (output tokens − tokens in the first content chunk); "
@@ -311,7 +173,7 @@ METRICS: tuple[Metric, ...] = (
         per_request(tpot_ms),
         headline=("p50", "p99"),
     ),
-    _distribution(
+    distribution(
         "itl_ms",
         "ITL",
         "gap between consecutive content chunks.",
@@ -319,7 +181,7 @@ METRICS: tuple[Metric, ...] = (
         per_gap(itl_ms),
         headline=("p99",),
     ),
-    _distribution(
+    distribution(
         "itl_reasoning_ms",
         "ITL reasoning",
         "reasoning models: gap between consecutive reasoning chunks (the switch to the answer belongs to neither "
@@ -329,7 +191,7 @@ METRICS: tuple[Metric, ...] = (
         frame=("p50", "p99"),
         conditional=True,
     ),
-    _distribution(
+    distribution(
         "itl_answer_ms",
         "ITL answer",
         "reasoning models: gap between consecutive answer chunks.",
@@ -338,7 +200,7 @@ METRICS: tuple[Metric, ...] = (
         frame=("p50", "p99"),
         conditional=True,
     ),
-    _distribution(
+    distribution(
         "tpot_reasoning_ms",
         "TPOT reasoning",
         "reasoning models: (last reasoning chunk − first reasoning chunk) / (reasoning tokens − those of the "
@@ -348,7 +210,7 @@ METRICS: tuple[Metric, ...] = (
         frame=("p50", "p99"),
         conditional=True,
     ),
-    _distribution(
+    distribution(
         "tpot_answer_ms",
         "TPOT answer",
         "reasoning models: (last answer chunk − first answer chunk) / (answer tokens − those of the first answer "
@@ -358,7 +220,7 @@ METRICS: tuple[Metric, ...] = (
         frame=("p50", "p99"),
         conditional=True,
     ),
-    _distribution(
+    distribution(
         "itl_per_token_ms",
         "ITL per token",
         "each ITL gap divided by the tokens in the chunk that ended it (several-token chunks).",
@@ -366,7 +228,7 @@ METRICS: tuple[Metric, ...] = (
         per_gap(itl_per_token_ms),
         frame=(),
     ),
-    _distribution(
+    distribution(
         "e2e_ms",
         "E2E",
         "request sent (open loop, trace: its scheduled time) → end of the stream.",
@@ -374,7 +236,7 @@ METRICS: tuple[Metric, ...] = (
         per_request(e2e_ms),
         headline=("p99",),
     ),
-    _distribution(
+    distribution(
         "e2e_from_send_ms",
         "E2E from send",
         "request actually sent → end of the stream: E2E without the wait for a free slot.",
@@ -382,7 +244,7 @@ METRICS: tuple[Metric, ...] = (
         per_request(e2e_from_send_ms),
         frame=("p50", "p99"),
     ),
-    _distribution(
+    distribution(
         "tok_s_per_user",
         "tok/s per user",
         "1000 / TPOT ms: the decode speed one user sees.",
@@ -393,7 +255,7 @@ METRICS: tuple[Metric, ...] = (
         frame=("p50",),
         headline=("p50",),
     ),
-    _figure(
+    figure(
         "reasoning_tokens",
         "reasoning tokens",
         "tok",
@@ -404,7 +266,7 @@ METRICS: tuple[Metric, ...] = (
         None,
         lambda s: None if s.tokens.reasoning is None else float(s.tokens.reasoning),
     ),
-    _figure(
+    figure(
         "answer_tokens",
         "answer tokens",
         "tok",
@@ -412,7 +274,7 @@ METRICS: tuple[Metric, ...] = (
         None,
         lambda s: None if s.tokens.reasoning is None else float(s.tokens.completion - s.tokens.reasoning),
     ),
-    _figure(
+    figure(
         "goodput_req_s",
         "goodput",
         "req/s",
@@ -422,7 +284,7 @@ METRICS: tuple[Metric, ...] = (
         column="goodput req/s",
         headline=True,
     ),
-    _figure(
+    figure(
         "slo_attainment",
         "SLO attainment",
         "share",
@@ -430,7 +292,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: s.slo.attainment if s.slo else None,
     ),
-    _figure(
+    figure(
         "usd_per_m_tok",
         "cost / M tok",
         "USD",
@@ -440,7 +302,7 @@ METRICS: tuple[Metric, ...] = (
         column="$/M tok",
         headline=True,
     ),
-    _figure(
+    figure(
         "j_per_output_token",
         "J / output token",
         "J",
@@ -454,7 +316,7 @@ METRICS: tuple[Metric, ...] = (
         column="J/out tok",
         headline=True,
     ),
-    _figure(
+    figure(
         "output_tok_per_j",
         "output tok / J",
         "tok/J",
@@ -462,7 +324,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: s.energy.output_tokens_per_j if s.energy else None,
     ),
-    _figure(
+    figure(
         "avg_power_w",
         "average power",
         "W",
@@ -471,7 +333,7 @@ METRICS: tuple[Metric, ...] = (
         None,
         lambda s: s.energy.average_w if s.energy else None,
     ),
-    _figure(
+    figure(
         "energy_usd_per_m_tok",
         "energy cost / M tok",
         "USD",
@@ -480,7 +342,7 @@ METRICS: tuple[Metric, ...] = (
         "lower",
         lambda s: s.cost.energy_usd_per_million_output_tokens if s.cost else None,
     ),
-    _figure(
+    figure(
         "designed_reuse",
         "designed reuse",
         "share",
@@ -488,7 +350,7 @@ METRICS: tuple[Metric, ...] = (
         None,
         lambda s: _prefix(s, "designed_reuse"),
     ),
-    _figure(
+    figure(
         "reusable",
         "reusable",
         "share",
@@ -498,7 +360,7 @@ METRICS: tuple[Metric, ...] = (
         None,
         lambda s: _prefix(s, "reusable"),
     ),
-    _figure(
+    figure(
         "server_hit_rate",
         "server hit rate",
         "share",
@@ -506,7 +368,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: _prefix(s, "server_hit_rate"),
     ),
-    _figure(
+    figure(
         "cached_tokens_ratio",
         "cached tokens ratio",
         "share",
@@ -514,7 +376,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: _prefix(s, "cached_tokens_ratio"),
     ),
-    _figure(
+    figure(
         "spec_acceptance_rate",
         "draft acceptance",
         "share",
@@ -522,7 +384,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: s.speculative.acceptance_rate if s.speculative else None,
     ),
-    _figure(
+    figure(
         "spec_accepted_per_step",
         "accepted per step",
         "tokens",
@@ -531,7 +393,7 @@ METRICS: tuple[Metric, ...] = (
         "higher",
         lambda s: s.speculative.accepted_per_step if s.speculative else None,
     ),
-    _figure(
+    figure(
         "engine_build_s",
         "engine build s",
         "s",
@@ -539,7 +401,7 @@ METRICS: tuple[Metric, ...] = (
         "lower",
         lambda s: _effort(s, "engine_build_s"),
     ),
-    _figure(
+    figure(
         "cold_start_s",
         "cold start s",
         "s",
@@ -547,7 +409,7 @@ METRICS: tuple[Metric, ...] = (
         "lower",
         lambda s: _effort(s, "cold_start_s"),
     ),
-    _figure(
+    figure(
         "warm_restart_s",
         "warm restart s",
         "s",

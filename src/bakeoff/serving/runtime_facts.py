@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.results.layout import load_yaml
 from bakeoff.serving.container_runtime import RUNTIME_ENV, find_runtime, runtime_cli, runtime_usable
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -134,7 +135,7 @@ def cdi_devices(specs: Iterable[str]) -> tuple[str, ...]:
     found: list[str] = []
     for text in specs:
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
         except yaml.YAMLError:
             continue  # a broken spec is one the runtime cannot use either
         if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
