@@ -22,6 +22,7 @@ from bakeoff.results.formulas import stats, ttft_ms
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.summary import AgentTasks, CriticalPath, DepthReuse
 from bakeoff.workloads.agentic import designed_calls
+from bakeoff.workloads.kinds import Agentic
 from bakeoff.workloads.plans import RunPlan
 
 NS_PER_S = 1e9
@@ -80,8 +81,8 @@ def task_block(
         )
     window = (max(r.end_ns for r in measured) - min(r.start_ns for r in measured)) / NS_PER_S if measured else 0.0
     per_min = 60.0 / window if window > 0 else 0.0
-    slo = getattr(plan.workload, "task_slo_s", None)  # only an agentic workload sets one
-    within = sum(d <= float(slo) for d in durations) if slo is not None else None
+    slo = plan.workload.task_slo_s if isinstance(plan.workload, Agentic) else None  # only agents have one
+    within = sum(d <= slo for d in durations) if slo is not None else None
     return AgentTasks(
         tasks=len(done),
         failed_tasks=len(plan.tasks) - len(done),
@@ -90,7 +91,7 @@ def task_block(
         critical_path=path,
         window_s=window,
         tasks_per_min=len(done) * per_min,
-        task_slo_s=None if slo is None else float(slo),
+        task_slo_s=slo,
         within_slo=within,
         task_goodput_per_min=None if within is None else within * per_min,
         by_depth=_by_depth(plan, measured, granularity),
