@@ -134,7 +134,15 @@ def run_planted_ladder(
     measured: list[dict[str, Any]] = []
     reports: list[Path] = []
 
-    def run_cells(cells: list[Cell], out: Path, failures: list[str], progress: CampaignProgress, spec: Any) -> None:
+    def run_cells(
+        cells: list[Cell],
+        out: Path,
+        failures: list[str],
+        progress: CampaignProgress,
+        spec: Any,
+        *,
+        in_process: bool = False,
+    ) -> None:
         measured.extend(dict(c.server.knobs) for c in cells)
         planted_cells(cells, out, failures, progress, spec)
 

@@ -471,18 +471,18 @@ class PiecemealStream:
         writer.close()
 
 
+async def one_request(server: PiecemealStream) -> RequestRecord:
+    """One 4-token request from the streaming client to ``server``, listening on a free port."""
+    listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    item = planned(1, 4)[0]
+    async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}", stall_timeout_s=2)) as client:
+        return await client.send(item, RequestRecord(item.request_id))
+
+
 def test_a_stream_in_pieces_is_read_whole_with_each_event_at_its_own_read() -> None:
     """Reads that wait to be parsed (data_received) keep their own stamps; a split end still ends the response."""
-    server = PiecemealStream()
-
-    async def drive() -> RequestRecord:
-        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        port = listening.sockets[0].getsockname()[1]
-        item = planned(1, 4)[0]
-        async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}", stall_timeout_s=2)) as client:
-            return await client.send(item, RequestRecord(item.request_id))
-
-    record = asyncio.run(drive())
+    record = asyncio.run(one_request(PiecemealStream()))
     assert record.ok, record.error
     assert record.output_text == " a b c d" and record.completion_tokens == 4 and record.finish_reason == "length"
     # Four content chunks from four reads (the split event at its second half), each later than the one before.
@@ -511,16 +511,7 @@ class QueuedStream(PiecemealStream):
 
 def test_chunks_queued_in_one_read_share_its_stamp() -> None:
     """The batch path takes a read of several whole chunks: each event keeps the stamp of the read it came in."""
-    server = QueuedStream()
-
-    async def drive() -> RequestRecord:
-        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        port = listening.sockets[0].getsockname()[1]
-        item = planned(1, 4)[0]
-        async with listening, StreamingClient(settings(f"http://127.0.0.1:{port}", stall_timeout_s=2)) as client:
-            return await client.send(item, RequestRecord(item.request_id))
-
-    record = asyncio.run(drive())
+    record = asyncio.run(one_request(QueuedStream()))
     assert record.ok, record.error
     assert record.output_text == " a b c d" and record.completion_tokens == 4 and record.chunk_tokens == [1] * 4
     a, b, c, d = record.chunk_ns

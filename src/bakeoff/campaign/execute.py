@@ -105,7 +105,7 @@ def run_campaign(
     if loaded.ladder is not None:
         if only:
             raise SpecError("--only: a ladder runs its steps in order from the baseline; drop --only")
-        return _run_ladder(path, loaded, out, rehearse=rehearse)
+        return _run_ladder(path, loaded, out, rehearse=rehearse, in_process=not cell_notebooks)
     spec, cells = prepare(path, out, only, rehearse=rehearse)
     # Each launch parsed by its framework (in its image, or a rehearsal stand-in) before any
     # server starts: a flag the release refuses costs seconds here, not a GPU start-up.
@@ -185,7 +185,7 @@ def smoke_campaign(spec: CampaignSpec, cells: list[Cell], out: Path, *, rehearse
     return out / SMOKE_FILE
 
 
-def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) -> Path:
+def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool, in_process: bool = False) -> Path:
     """Measure the baseline, then each ladder step on the last kept knobs (:mod:`bakeoff.campaign.ladder`).
 
     Each step becomes one more server of a plain campaign (``ladder-campaign.yaml``, no ladder
@@ -211,7 +211,7 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool) ->
         measured = calibrate(history_root())
         estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
         progress = CampaignProgress(estimates, tag=tag)
-        _run_cells(cells, out, failures, progress, spec)
+        _run_cells(cells, out, failures, progress, spec, in_process=in_process)
         print(progress.summary(), flush=True)
         done = [c for c in load_cells(out) if c.label == server.label]
         first = sorted((c for c in done if c.status == "ok"), key=lambda c: c.repeat)
