@@ -215,7 +215,7 @@ def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuil
     assert broken is not None and broken.tasks == 1 and broken.failed_tasks == 1 and broken.task_s.n == 1
 
 
-def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder) -> None:
+def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, tmp_path: Path) -> None:
     from bakeoff.analysis.task_verdict import task_load, task_metric, task_run_meets
     from bakeoff.measure.task_metrics import task_block
     from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
@@ -240,6 +240,25 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder) -
     assert summary.agent_tasks is not None
     slow = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": 3.0})})
     assert not task_run_meets(slow)
+    # The verdict's SLO line names the task SLO the runs were judged on, not the request SLO.
+    from bakeoff.analysis.verdict import judge, markdown
+    from bakeoff.measure.slo import Slo
+
+    request_slo = Slo(ttft_ms=200.0)
+    found = judge("agents", "tasks in flight", {"a": {2.0: [summary, summary]}}, request_slo)
+    assert found.agentic and found.task_slo_s == 5.0
+    text = markdown([found], request_slo)
+    assert "agents: task SLO P90 task completion ≤ 5 s (task_slo_s)" in text and "TTFT ms ≤ 200" not in text
+    assert "highest load sustained within the task SLO: a 2 tasks in flight" in text
+    unbound = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": None})})
+    loose = judge("agents", "tasks in flight", {"a": {2.0: [unbound, unbound]}}, request_slo)
+    assert loose.task_slo_s is None and "agents: no task SLO set" in markdown([loose], request_slo)
+    # The report's question asks for the task SLO too.
+    from bakeoff.report.decision import question
+
+    (tmp_path / "campaign.yaml").write_text("servers: [{label: a}]\nmodel: {preset: tiny}\nslo: {ttft_ms: 200}\n")
+    asked = question(tmp_path, [found])
+    assert "within the task SLO (P90 task completion ≤ 5 s)" in asked and "TTFT" not in asked
 
 
 def test_the_report_tables_ttft_by_branch_across_repeats(
