@@ -241,7 +241,7 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, t
     slow = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": 3.0})})
     assert not task_run_meets(slow)
     # The verdict's SLO line names the task SLO the runs were judged on, not the request SLO.
-    from bakeoff.analysis.verdict import judge, markdown
+    from bakeoff.analysis.verdict import WorkloadVerdict, judge, markdown
     from bakeoff.measure.slo import Slo
 
     request_slo = Slo(ttft_ms=200.0)
@@ -253,6 +253,11 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, t
     unbound = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": None})})
     loose = judge("agents", "tasks in flight", {"a": {2.0: [unbound, unbound]}}, request_slo)
     assert loose.task_slo_s is None and "agents: no task SLO set" in markdown([loose], request_slo)
+    # Beside a request workload, each SLO is named for the workloads it judges.
+    plain = WorkloadVerdict("chat", "concurrency", "output_tok_s", {}, None, {}, {})
+    mixed = markdown([plain, found], request_slo)
+    assert "TTFT ms ≤ 200, judged on nearest-rank P99 per run, every repeat (request workloads). " in mixed
+    assert "Agentic workloads are judged by tasks: agents: task SLO P90 task completion ≤ 5 s" in mixed
     # The report's question asks for the task SLO too.
     from bakeoff.report.decision import question
 
