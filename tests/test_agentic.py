@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from bakeoff.results.records import RequestRecord
 from bakeoff.serving.reference import serve_reference
-from bakeoff.workloads.agentic import answer_of, call_messages, designed_rows, messages_digest, tree_facts
+from bakeoff.workloads.agentic import (
+    TRUNK,
+    answer_of,
+    branch_indices,
+    call_messages,
+    designed_rows,
+    messages_digest,
+    tree_facts,
+)
 from bakeoff.workloads.kinds import Agentic, Workload
 from bakeoff.workloads.plans import PlanBuilder, RunPlan, designed_reuse
 from refload import drive
@@ -46,6 +56,10 @@ def test_fanout_and_depth_make_the_tree(builder: PlanBuilder) -> None:
         assert all(dep < call.node for dep in call.waits_for)  # calls follow what they wait for
     # Tool results are drawn per branch: the branches do not all carry the same length.
     assert len({c.user_tokens for c in task.calls if c.role == "worker"}) > 1
+    # Branch index: the place among the planner's children; a join takes its planner's; the root's are trunk.
+    roles = [(c.role, c.depth) for c in task.calls]
+    assert roles[:5] == [("planner", 0), ("planner", 1), ("worker", 2), ("worker", 2), ("join", 1)]
+    assert branch_indices(task) == [TRUNK, 0, 0, 1, 0, 1, 0, 1, 1, TRUNK]
 
 
 def test_the_same_seed_makes_the_same_trees_and_plans_survive_json(builder: PlanBuilder) -> None:
@@ -191,13 +205,17 @@ def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuil
     assert block.within_slo == 1 and block.task_goodput_per_min == pytest.approx(60 / 7)
     assert block.by_depth[0].calls == 4 and block.by_depth[0].hit_rate == pytest.approx(0.5)
     assert block.ttft_ms_by_role["join"].n == 2
+    # Branches: each task's first worker is branch 0 (TTFT 0.3 s and 1 s), its second branch 1 (0.8 s, 1 s).
+    assert sorted(block.ttft_ms_by_branch) == [0, 1]
+    assert block.ttft_ms_by_branch[0].n == 2 and block.ttft_ms_by_branch[0].mean == pytest.approx(650.0)
+    assert block.ttft_ms_by_branch[1].mean == pytest.approx(900.0)
     failed = [*records[:7], timed(1, 3, "join", [1, 2], 5.0, 6.0, 7.0)]
     failed[-1].error_kind = "http"
     broken = task_block(plan, failed)
     assert broken is not None and broken.tasks == 1 and broken.failed_tasks == 1 and broken.task_s.n == 1
 
 
-def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder) -> None:
+def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, tmp_path: Path) -> None:
     from bakeoff.analysis.task_verdict import task_load, task_metric, task_run_meets
     from bakeoff.measure.task_metrics import task_block
     from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
@@ -222,6 +240,63 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder) -
     assert summary.agent_tasks is not None
     slow = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": 3.0})})
     assert not task_run_meets(slow)
+    # The verdict's SLO line names the task SLO the runs were judged on, not the request SLO.
+    from bakeoff.analysis.verdict import WorkloadVerdict, judge, markdown
+    from bakeoff.measure.slo import Slo
+
+    request_slo = Slo(ttft_ms=200.0)
+    found = judge("agents", "tasks in flight", {"a": {2.0: [summary, summary]}}, request_slo)
+    assert found.agentic and found.task_slo_s == 5.0
+    text = markdown([found], request_slo)
+    assert "agents: task SLO P90 task completion ≤ 5 s (task_slo_s)" in text and "TTFT ms ≤ 200" not in text
+    assert "highest load sustained within the task SLO: a 2 tasks in flight" in text
+    unbound = summary.model_copy(update={"agent_tasks": summary.agent_tasks.model_copy(update={"task_slo_s": None})})
+    loose = judge("agents", "tasks in flight", {"a": {2.0: [unbound, unbound]}}, request_slo)
+    assert loose.task_slo_s is None and "agents: no task SLO set" in markdown([loose], request_slo)
+    # Beside a request workload, each SLO is named for the workloads it judges.
+    plain = WorkloadVerdict("chat", "concurrency", "output_tok_s", {}, None, {}, {})
+    mixed = markdown([plain, found], request_slo)
+    assert "TTFT ms ≤ 200, judged on nearest-rank P99 per run, every repeat (request workloads). " in mixed
+    assert "Agentic workloads are judged by tasks: agents: task SLO P90 task completion ≤ 5 s" in mixed
+    # The report's question asks for the task SLO too.
+    from bakeoff.report.decision import question
+
+    (tmp_path / "campaign.yaml").write_text("servers: [{label: a}]\nmodel: {preset: tiny}\nslo: {ttft_ms: 200}\n")
+    asked = question(tmp_path, [found])
+    assert "within the task SLO (P90 task completion ≤ 5 s)" in asked and "TTFT" not in asked
+
+
+def test_the_report_tables_ttft_by_branch_across_repeats(
+    builder: PlanBuilder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bakeoff.measure.task_metrics import task_block
+    from bakeoff.report import agentic as agent_report
+    from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
+
+    plan = builder.build(small(tasks=1, depth=1, fanout=2))[0]
+
+    def repeat(second_worker_first_token_s: float) -> RunSummary:
+        records = [
+            timed(0, 0, "planner", [], 0.0, 0.5, 1.0),
+            timed(0, 1, "worker", [0], 1.2, 1.4, 2.0),
+            timed(0, 2, "worker", [0], 1.2, second_worker_first_token_s, 3.0),
+            timed(0, 3, "join", [1, 2], 3.1, 3.6, 4.0),
+        ]
+        return RunSummary(
+            requests=Requests(ok=4, failed=0),
+            latency=Latency(),
+            throughput=Throughput(output_tok_s=1, total_tok_s=1, req_s=1, window_s=1),
+            tokens=Tokens(prompt=1, completion=1),
+            workload=WorkloadInfo(run="t1", mode="tasks", concurrency=1),
+            agent_tasks=task_block(plan, records),
+        )
+
+    runs = [agent_report.AgentRun("vllm", "agents", "t1", [repeat(1.6), repeat(2.0)])]
+    monkeypatch.setattr(agent_report, "agent_runs", lambda _: runs)
+    table = agent_report.branch_table(tmp_path)
+    assert list(table["branch"]) == [0, 1] and list(table["n"]) == [2, 2]
+    assert list(table["TTFT P50 ms"]) == pytest.approx([200.0, 600.0])  # branch 1: 400 and 800 ms, averaged
+    assert list(agent_report.role_table(tmp_path)["role"]) == ["join", "planner", "worker"]
 
 
 def test_client_processes_are_dealt_whole_tasks_and_their_share_of_the_tasks_in_flight(builder: PlanBuilder) -> None:

@@ -6,7 +6,9 @@ agent task trees (mode ``tasks``) the verdict's load axis is the tasks in flight
 or the task rate (open loop); its figure is task goodput (tasks within the workload's
 ``task_slo_s`` per minute), or tasks per minute where no task SLO is set; and a run meets
 the SLO when none of its calls failed and its P90 task completion time lies within
-``task_slo_s`` (P90 rather than P99: a run has tens of tasks, not hundreds).
+``task_slo_s`` (P90 rather than P99: a run has tens of tasks, not hundreds). The verdict's
+SLO line names that task SLO for each agentic workload (:func:`task_slo_text`), not the
+request SLO its calls are never judged on.
 """
 
 from __future__ import annotations
@@ -47,3 +49,22 @@ def task_run_meets(summary: RunSummary) -> bool:
 
 def load_text(axis: str, load: float) -> str:
     return f"{load:g} tasks in flight" if axis == "tasks in flight" else f"{load:g} tasks/s"
+
+
+def task_slo(summaries: list[RunSummary]) -> float | None:
+    """The task SLO agentic runs were judged on (the workload's ``task_slo_s``); None when none is set."""
+    blocks = [s.agent_tasks for s in summaries if s.agent_tasks is not None]
+    bounds = [b.task_slo_s for b in blocks if b.task_slo_s is not None]
+    return max(bounds, default=None)  # one workload sets one bound
+
+
+def task_slo_text(workload: str, slo_s: float | None) -> str:
+    """How one agentic workload was judged, as the verdict's SLO line says it."""
+    if slo_s is None:
+        return (
+            f"{workload}: no task SLO set (task_slo_s), so every call must answer and servers rank by tasks per minute"
+        )
+    return (
+        f"{workload}: task SLO P90 task completion ≤ {slo_s:g} s (task_slo_s) and every call answered; "
+        "servers rank by task goodput (tasks within it per minute)"
+    )

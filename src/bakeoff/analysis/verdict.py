@@ -33,7 +33,7 @@ from pathlib import Path
 from bakeoff.analysis.best import Family, family, level_text
 from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, look_alpha, planned_looks
-from bakeoff.analysis.task_verdict import load_text, task_load, task_metric, task_run_meets
+from bakeoff.analysis.task_verdict import load_text, task_load, task_metric, task_run_meets, task_slo, task_slo_text
 from bakeoff.analysis.thresholds import parse_threshold
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
 from bakeoff.results.formulas import needed_samples
@@ -132,6 +132,11 @@ class WorkloadVerdict:
     matched_load: float | None
     levels: dict[float, LevelVerdict]  # every load every server ran
     frameworks: dict[float, FrameworkVerdict]  # per load, when servers span two or more backends
+    task_slo_s: float | None = None  # agentic workloads: the task SLO their runs were judged on
+
+    @property
+    def agentic(self) -> bool:
+        return self.axis.startswith("task")
 
     @property
     def unit(self) -> str:
@@ -265,7 +270,7 @@ def judge(
             frameworks[load] = _frameworks(load, standings, fam)
     passing = [load for load, level in levels.items() if level.best is not None]
     matched = max(passing, default=None)
-    return WorkloadVerdict(workload, axis, metric, sustained, matched, levels, frameworks)
+    return WorkloadVerdict(workload, axis, metric, sustained, matched, levels, frameworks, task_slo(every))
 
 
 def _family(standings: list[Standing], design: Design) -> Family:
@@ -426,6 +431,8 @@ def slo_basis(campaign_dir: Path, slo: Slo) -> str:
         for by_load in runs.values():
             for repeats in by_load.values():
                 for summary in repeats:
+                    if summary.agent_tasks is not None:
+                        continue  # judged on its task SLO, not on the request SLO
                     n = _bounded_samples(summary, slo)
                     if n is None:
                         continue
@@ -461,10 +468,22 @@ def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = N
         lines += ["**Which framework** (each framework's best configuration against the best one, per load):"]
         lines += framework_lines
         lines.append("")
+    agentic = [v for v in found if v.agentic]
+    slo_line = ""
+    if len(agentic) < len(found):
+        slo_line = (
+            f"SLO: {bounds or 'none set (every request must succeed)'}, "
+            f"{basis or 'judged on nearest-rank P99 per run, every repeat'}"
+            + (" (request workloads). " if agentic else ". ")
+        )
+    if agentic:
+        # Agentic runs are judged by their tasks (analysis.task_verdict): name that SLO, not the request one.
+        slo_line += "Agentic workloads are judged by tasks: " + "; ".join(
+            task_slo_text(v.workload, v.task_slo_s) for v in agentic
+        )
+        slo_line += ". "
     lines.append(
-        f"SLO: {bounds or 'none set (every request must succeed)'}, "
-        f"{basis or 'judged on nearest-rank P99 per run, every repeat'}. "
-        "Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of a "
+        slo_line + "Figures: mean over repeats [95% Student-t interval] (n = repeats). Margins: the ratio of a "
         "server's figure to the best one's as a % change [interval]. Every claim at a load is held to one "
         "family-wise level, the choice of the best server (and of each framework's best) included: between two "
         "servers the paired t by round on log values (Welch's t where repeats do not pair); among three or more "
@@ -492,7 +511,7 @@ def markdown(found: list[WorkloadVerdict], slo: Slo, notes: list[str] | None = N
                     cost = f", ${s.usd_per_m_tok:,.3f} per M output tokens"
                 lines.append(f"  - {s.text(best, v.unit)}{cost}")
         sustained = "; ".join(f"{srv} {_load_text(v.axis, load)}" for srv, load in v.sustained.items())
-        lines.append(f"- highest load sustained within the SLO: {sustained}")
+        lines.append(f"- highest load sustained within the {'task ' if v.agentic else ''}SLO: {sustained}")
     return "\n".join(lines)
 
 

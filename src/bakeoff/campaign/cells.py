@@ -42,6 +42,7 @@ from bakeoff.serving.gpu_checks import (
 from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.images import image_with_tag
 from bakeoff.serving.knobs import apply_pins
+from bakeoff.serving.kv_pool import apply_kv_pool
 from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import StandIn
@@ -146,7 +147,15 @@ def expand(
     # Pinned knobs (vLLM's async scheduling where speculative methods are compared) are
     # written into the server's knobs, so the run records and renders them like set ones.
     pinned = apply_pins([(b, dict(s.knobs)) for b, s in zip(backends, spec.servers, strict=True)])
-    servers = [s.model_copy(update={"knobs": k}) for s, k in zip(spec.servers, pinned, strict=True)]
+    # One KV-pool intent becomes each framework's own memory knob (bakeoff.serving.kv_pool), likewise written in.
+    sized = apply_kv_pool(
+        spec.kv_pool,
+        [
+            (f"servers[{i}] ({s.label})", b, k)
+            for i, (s, b, k) in enumerate(zip(spec.servers, backends, pinned, strict=True))
+        ],
+    )
+    servers = [s.model_copy(update={"knobs": k}) for s, k in zip(spec.servers, sized, strict=True)]
     # The CPU engines bakeoff starts run on this host: a knob value their build lacks kernels for is refused here.
     flags = host_cpu_flags()
     for i, (server, backend) in enumerate(zip(servers, backends, strict=True)):

@@ -32,6 +32,7 @@ from bakeoff.serving.backends import BackendSpec, load_backend
 from bakeoff.serving.container_runtime import shell_words, shown_runtime
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.images import image_with_tag
+from bakeoff.serving.kv_pool import apply_kv_pool, kv_pool_settings
 from bakeoff.serving.launchers import rehearsed_container_command
 
 _VARIABLE = re.compile(r"\$\{(\w+)\}")
@@ -114,6 +115,9 @@ def gpu_host_steps(
     ``bakeoff_command``: the command the rehearsal stood in for (``campaign run``, ``tune``).
     """
     servers = [(s, load_backend(s.backend)) for s in spec.servers if not s.url]
+    if spec.kv_pool is not None:  # the commands carry each framework's value for the one KV-pool intent
+        sized = apply_kv_pool(spec.kv_pool, [(s.label, b, dict(s.knobs)) for s, b in servers])
+        servers = [(s.model_copy(update={"knobs": k}), b) for (s, b), k in zip(servers, sized, strict=True)]
     containers = [(s, b) for s, b in servers if b.container is not None]
     env = Step("Set the environment each server needs")
     for name, labels in unset_variables(spec).items():
@@ -166,6 +170,11 @@ def gpu_host_steps(
         commands=[shell_words([runtime, "pull", image]) for image in images],
     )
     by_hand = Step("What the campaign runs, server by server (to try one by hand; the campaign starts them itself)")
+    if spec.kv_pool is not None:
+        settings = kv_pool_settings(spec.kv_pool, [(s.label, b) for s, b in servers])
+        by_hand.notes.append(
+            f"kv_pool: {spec.kv_pool.text()}; each framework's own value: " + "; ".join(x.text() for x in settings)
+        )
     for server, backend in containers:
         assert backend.container is not None
         model = _model_source(spec, server.model_path).container_mount(backend.container.model_mount)

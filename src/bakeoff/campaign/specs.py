@@ -22,6 +22,7 @@ from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import MODEL_FORMS, PRESET_CHOICES, ModelRef, model_shorthand
 from bakeoff.paths import models_dir
 from bakeoff.schema import Strict, format_validation_error
+from bakeoff.serving.kv_pool import KvPool
 from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import OpenLoop, Trace, Workload
 
@@ -54,6 +55,11 @@ class CampaignSpec(Strict):
     workloads: Annotated[list[Workload], Field(min_length=1)]
     slo: Slo = Field(default_factory=Slo)
     gpu: bool = False
+    kv_pool: KvPool | None = Field(
+        default=None,
+        description="GPU campaigns: one KV-pool size for every server, mapped to each framework's own memory "
+        "knob (bakeoff.serving.kv_pool)",
+    )
     measure_warm_restart: bool = Field(default=True, description="start each server a second time")
     repeats: Annotated[int, Field(ge=1, le=20)] | Literal["auto"] = Field(
         default=3,
@@ -133,6 +139,12 @@ class CampaignSpec(Strict):
         for i, wl in enumerate(self.workloads):
             if isinstance(wl, OpenLoop) and wl.slo_search and not bounded:
                 raise ValueError(f"workloads[{i}].slo_search needs an slo: set slo.preset or its bounds")
+        return self
+
+    @model_validator(mode="after")
+    def _kv_pool_on_gpu(self) -> CampaignSpec:
+        if self.kv_pool is not None and not self.gpu:
+            raise ValueError("kv_pool sizes GPU frameworks' KV pools; set gpu: true or use kv_cache_space_gib on CPU")
         return self
 
     @model_validator(mode="after")

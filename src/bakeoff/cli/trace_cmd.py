@@ -43,6 +43,11 @@ def add_trace_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         parser.add_argument("--max-requests", type=int, help="keep the window's first N requests (default: all)")
         parser.add_argument("--time-scale", type=float, default=1.0, help="1.0 real time, 0.5 twice as fast")
     inspect.add_argument("--bin-s", type=float, help="arrival-rate bin width in seconds (default: span / 20)")
+    inspect.add_argument(
+        "--cache-block",
+        type=int,
+        help="also count the reuse at this KV-cache block size in tokens, e.g. 16 (default: the trace's block)",
+    )
     inspect.add_argument("--json", action="store_true", help="print the figures as JSON")
     convert.add_argument("--out", type=Path, required=True, help="the .jsonl file to write")
 
@@ -77,7 +82,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "inspect":
         if args.bin_s is not None and args.bin_s <= 0:
             raise SpecError(f"--bin-s must be more than 0 seconds, got {args.bin_s}")
-        summary = summarize_trace(wl, args.bin_s)
+        if args.cache_block is not None and args.cache_block <= 0:
+            raise SpecError(f"--cache-block must be 1 token or more, got {args.cache_block}")
+        summary = summarize_trace(wl, args.bin_s, args.cache_block)
         print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() if args.json else render(summary))
         return 0
     trace = load_trace(wl)

@@ -10,6 +10,8 @@ so these are recomputed from ``records.parquet`` alone, plus the plan for what w
   last and the call (tool latency, think time);
 - per depth: prompt and cached tokens (the server's ``usage``), their hit rate, and the
   designed reuse of those calls beside what the server's cache blocks could realise;
+- TTFT by role (planner, worker, join) and by branch index (a call's place among its
+  planner's children, :func:`bakeoff.workloads.agentic.branch_indices`; trunk calls left out);
 - tasks per minute over the run (first call -> last answer), and within ``task_slo_s``;
 - the server's preemptions over the run, where its counters expose them.
 """
@@ -20,8 +22,8 @@ from collections import defaultdict
 
 from bakeoff.results.formulas import stats, ttft_ms
 from bakeoff.results.records import RequestRecord
-from bakeoff.results.summary import AgentTasks, CriticalPath, DepthReuse
-from bakeoff.workloads.agentic import designed_calls
+from bakeoff.results.summary import AgentTasks, CriticalPath, DepthReuse, Stat
+from bakeoff.workloads.agentic import TRUNK, branch_indices, designed_calls
 from bakeoff.workloads.kinds import Agentic
 from bakeoff.workloads.plans import RunPlan
 
@@ -100,7 +102,19 @@ def task_block(
             role: stats(v for r in measured if r.ok and r.role == role if (v := ttft_ms(r)) is not None)
             for role in sorted({r.role for r in measured})
         },
+        ttft_ms_by_branch=_by_branch(plan, measured),
     )
+
+
+def _by_branch(plan: RunPlan, measured: list[RequestRecord]) -> dict[int, Stat]:
+    """TTFT of the calls at each branch index; the trunk (root planner and join) is on no branch."""
+    branch = {(t.task_id, n): b for t in plan.tasks for n, b in enumerate(branch_indices(t))}
+    ttfts: dict[int, list[float]] = defaultdict(list)
+    for r in measured:
+        index = branch.get((r.task, r.node), TRUNK)
+        if r.ok and index != TRUNK and (v := ttft_ms(r)) is not None:
+            ttfts[index].append(v)
+    return {index: stats(values) for index, values in sorted(ttfts.items())}
 
 
 def _by_depth(plan: RunPlan, measured: list[RequestRecord], granularity: int | None) -> dict[int, DepthReuse]:

@@ -7,7 +7,8 @@ workload sets ``task_slo_s``, task goodput (what the verdict ranks agentic runs 
 prefill (queueing included), decode, or the tool and think waits no server can shorten.
 By tree depth: calls, TTFT, the server's cached tokens and hit rate beside the reuse the
 tree designed and the share the server's cache blocks could realise; a deep call that
-designed 90% reuse and hit 0% is a cache that did not hold the tree. Every figure comes from
+designed 90% reuse and hit 0% is a cache that did not hold the tree. TTFT by role and by branch
+index (a call's place among its planner's children). Every figure comes from
 the runs' ``summary.json`` (:class:`bakeoff.results.summary.AgentTasks`).
 """
 
@@ -23,7 +24,7 @@ import pandas as pd
 
 from bakeoff.analysis.confidence import estimate
 from bakeoff.results.layout import load_cells
-from bakeoff.results.summary import RunSummary
+from bakeoff.results.summary import RunSummary, Stat
 
 NOTE = (
     "Task time: a task's first call sent to its last answer, over tasks whose every call answered (n per "
@@ -119,25 +120,45 @@ def depth_table(campaign_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).round(3)
 
 
-def role_table(campaign_dir: Path) -> pd.DataFrame:
-    """TTFT by role (planner, sub-agent worker, join): which kind of call waits for its first token."""
+def _ttft_table(campaign_dir: Path, by: str, column: str) -> pd.DataFrame:
+    """TTFT per server, agentic run and group of calls (``by``: a dict field of AgentTasks)."""
     rows = []
     for ar in agent_runs(campaign_dir):
-        roles = sorted({r for s in ar.repeats if s.agent_tasks for r in s.agent_tasks.ttft_ms_by_role})
-        for role in roles:
-            found = [s.agent_tasks.ttft_ms_by_role[role] for s in ar.repeats if s.agent_tasks]
+        blocks = [s.agent_tasks for s in ar.repeats if s.agent_tasks]
+        groups: dict[Any, list[Stat]] = defaultdict(list)
+        for block in blocks:
+            for key, stat in getattr(block, by).items():
+                groups[key].append(stat)
+        for key, found in sorted(groups.items()):
             p50 = [st.p50 for st in found if st.p50 is not None]
+            p90 = [st.p90 for st in found if st.p90 is not None]
             rows.append(
                 {
                     "server": ar.server,
                     "workload": ar.workload,
                     "run": ar.run,
-                    "role": role,
+                    column: key,
                     "n": sum(st.n for st in found),
                     "TTFT P50 ms": fmean(p50) if p50 else None,
+                    "TTFT P90 ms": fmean(p90) if p90 else None,
                 }
             )
     return pd.DataFrame(rows).round(2)
+
+
+def role_table(campaign_dir: Path) -> pd.DataFrame:
+    """TTFT by role (planner, sub-agent worker, join): which kind of call waits for its first token."""
+    return _ttft_table(campaign_dir, "ttft_ms_by_role", "role")
+
+
+def branch_table(campaign_dir: Path) -> pd.DataFrame:
+    """TTFT by branch index (a call's place among its planner's children, 0 first; trunk calls left out).
+
+    Every branch of a planner extends the same context, so with a prefix cache that holds it the
+    branches wait alike; a TTFT that climbs with the index is branches queued behind each other,
+    or a context the cache lost between them.
+    """
+    return _ttft_table(campaign_dir, "ttft_ms_by_branch", "branch")
 
 
 def critical_path_figure(campaign_dir: Path) -> Any:

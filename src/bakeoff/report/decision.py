@@ -101,6 +101,9 @@ def question(campaign_dir: Path, found: list[WorkloadVerdict]) -> str:
     slo = verdict.campaign_slo(campaign_dir)
     bounds = [f"{k} ≤ {v:g} ms" for k, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms)) if v]
     within = f" within the SLO ({', '.join(bounds)})" if bounds else ""
+    if found and all(v.agentic for v in found):  # judged by tasks: the task SLO is the question's bound
+        tasks = sorted({f"P90 task completion ≤ {v.task_slo_s:g} s" for v in found if v.task_slo_s is not None})
+        within = f" within the task SLO ({', '.join(tasks)})" if tasks else ""
     return f"Which of {', '.join(servers)} serves `{named}` with the most {unit}{within}, at each load measured?"
 
 

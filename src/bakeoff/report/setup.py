@@ -19,6 +19,7 @@ from bakeoff.results.layout import (
 )
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
 from bakeoff.serving.backends import load_backend
+from bakeoff.serving.kv_pool import BASIS_TEXT, KvPool, kv_pool_settings
 
 MEMORY_KNOB_NOTE = (
     "`gpu_memory_utilization` means different things: vLLM takes that share of total GPU memory; "
@@ -172,6 +173,35 @@ def effort_notes(campaign_dir: Path) -> list[str]:
     """The notes under the effort table that apply to this campaign (GPU-memory knobs: GPU campaigns only)."""
     spec = read_campaign_copy(campaign_dir)
     return [MEMORY_KNOB_NOTE, BATCHED_TOKENS_NOTE] if isinstance(spec, dict) and spec.get("gpu") else []
+
+
+def kv_pool_table(campaign_dir: Path) -> pd.DataFrame:
+    """The campaign's one KV-pool intent beside each server's own knob and value (empty without ``kv_pool``).
+
+    Read from the campaign copy and mapped again by :mod:`bakeoff.serving.kv_pool`, the one rule
+    the launches were rendered with.
+    """
+    spec = read_campaign_copy(campaign_dir)
+    if not spec.get("kv_pool"):
+        return pd.DataFrame()
+    pool = KvPool.model_validate(spec["kv_pool"])
+    servers = [s for s in spec.get("servers") or [] if isinstance(s, dict) and not s.get("url")]
+    settings = kv_pool_settings(
+        pool, [(str(s.get("label") or s["backend"]), load_backend(str(s["backend"]))) for s in servers]
+    )
+    suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
+    return pd.DataFrame(
+        [
+            {
+                "server": x.server + suffix,
+                "declared KV pool": f"{pool.share_of_gpu:.0%} of {pool.gpu_memory_gib:g} GiB = {pool.pool_gib:.1f} GiB",
+                "framework knob": x.target,
+                "a share of": BASIS_TEXT[x.basis],
+                "value": f"{x.value:g}",  # as rendered: the table styling would round it
+            }
+            for x in settings
+        ]
+    )
 
 
 def campaign_title(campaign_dir: Path) -> str:

@@ -48,6 +48,7 @@ from bakeoff.report.setup import (
     effort_notes,
     effort_table,
     gpu_host_markdown,
+    kv_pool_table,
     setup_table,
 )
 from bakeoff.report.sweeps import (
@@ -82,6 +83,7 @@ __all__ = [
     "heading",
     "headline_table",
     "implied_req_s",
+    "kv_pool_table",
     "noise_table",
     "prefix_cache_table",
     "quality_table",

@@ -266,7 +266,7 @@ class DepthReuse(Block):
 
 
 class AgentTasks(Block):
-    """Agent task trees over the run: task completion, its critical path, reuse and TTFT by depth."""
+    """Agent task trees over the run: task completion, its critical path, reuse and TTFT by depth, role, branch."""
 
     tasks: int = Field(ge=0, description="tasks whose every call answered")
     failed_tasks: int = Field(default=0, ge=0)
@@ -280,6 +280,9 @@ class AgentTasks(Block):
     task_goodput_per_min: float | None = Field(default=None, description="tasks within the task SLO per minute")
     by_depth: dict[int, DepthReuse] = Field(default_factory=dict)
     ttft_ms_by_role: dict[str, Stat] = Field(default_factory=dict)
+    ttft_ms_by_branch: dict[int, Stat] = Field(
+        default_factory=dict, description="TTFT by a call's place among its planner's children (trunk calls: none)"
+    )
     preemptions: float | None = Field(default=None, description="KV preemptions over the run; None: not exposed")
 
 

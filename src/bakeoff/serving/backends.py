@@ -58,6 +58,8 @@ BACKENDS_DIR = shipped("backends")
 DRAFT_MOUNT = "/draft"
 
 ChangeCost = Literal["nothing", "restart", "rebuild"]
+# What a memory-share knob is a share of (serving.kv_pool maps one KV-pool intent through it).
+MemoryBasis = Literal["total", "total_static", "free_after_load"]
 
 
 class _Strict(BaseModel):
@@ -138,6 +140,11 @@ class KnobSpec(_Strict):
         default_factory=dict, description="value -> the host CPU features the framework needs for it"
     )
     pin_with: PinSpec | None = None
+    memory_basis: MemoryBasis | None = Field(
+        default=None,
+        description="gpu_memory_utilization: what its share is of (total: weights + activations + KV; "
+        "total_static: weights + KV; free_after_load: memory left after weights and buffers)",
+    )
     note: str = ""
 
     @model_validator(mode="after")
@@ -319,6 +326,8 @@ class BackendSpec(_Strict):
         if any(k.config_key for k in self.knobs.values()) and self.config_file is None:
             raise ValueError("knobs with config_key need a 'config_file' section")
         for name, knob in self.knobs.items():
+            if knob.memory_basis is not None and name != "gpu_memory_utilization":
+                raise ValueError(f"knob {name!r}: memory_basis belongs on gpu_memory_utilization only")
             if knob.fills is not None and knob.fills not in self.knobs:
                 raise ValueError(f"knob {name!r} fills {knob.fills!r}, which this backend does not map")
             if knob.pin_with is not None and knob.pin_with.knob not in self.knobs:

@@ -226,6 +226,31 @@ def designed_rows(tasks: list[TaskPlan]) -> list[tuple[int, int]]:
     return [(row.prompt, row.reused) for row in designed_calls(tasks)]
 
 
+TRUNK = -1  # the branch index of the root planner and its join: on no branch
+
+
+def branch_indices(task: TaskPlan) -> list[int]:
+    """Each call's branch index: its place among its planner's children (0: the first drawn).
+
+    A child (a worker, or a sub-planner) is its planner's ``k``-th branch; a join answers for
+    its planner, so it takes the planner's index; the root planner and its join are on the
+    trunk (:data:`TRUNK`). All of a planner's branches are sent once its reply is in, after
+    their own tool latencies, so a later index is not a later send, only another branch of
+    the same context.
+    """
+    out: list[int] = []
+    seen: dict[int, int] = {}  # planner node -> children placed so far
+    for call in task.calls:
+        if call.parent < 0:
+            out.append(TRUNK)
+        elif call.role == "join":
+            out.append(out[call.parent])
+        else:
+            out.append(seen.get(call.parent, 0))
+            seen[call.parent] = out[-1] + 1
+    return out
+
+
 def tree_facts(task: TaskPlan) -> dict[str, int]:
     """Shape of one tree: calls per role, its depth, and the longest chain of calls."""
     chain: list[int] = []

@@ -2,7 +2,8 @@
 
 - ``mooncake`` (Mooncake FAST'25 release, and traces of the same layout): JSONL with
   ``timestamp`` (ms since the first request), ``input_length``, ``output_length`` and
-  ``hash_ids``, one id per ``block_size`` tokens of the prompt.
+  ``hash_ids``, one id per ``block_size`` tokens of the prompt. Each row's session is its task,
+  the call tree its hash ids place it in (:mod:`bakeoff.workloads.traces.hash_tree`).
 - ``azure`` (Azure LLM inference traces 2023 and 2024): CSV ``TIMESTAMP`` (a date-time,
   or seconds), ``ContextTokens``, ``GeneratedTokens``.
 - ``burstgpt``: CSV ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
@@ -23,13 +24,14 @@ import csv
 import datetime as dt
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
 from bakeoff.errors import SpecError
+from bakeoff.workloads.traces.hash_tree import task_sessions
 from bakeoff.workloads.traces.otel import parse_otel_rows
 from bakeoff.workloads.traces.rows import LoadedTrace, TraceRow
 
@@ -157,6 +159,10 @@ def parse_mooncake(path: Path, block_size: int) -> Parsed:
             continue
         _row(line, None if ms is None else ms / 1000.0, prompt, output, parsed, blocks=blocks)
     problems.raise_if_any()
+    # No session column: each row's task is read from its hash ids (the call tree it belongs to).
+    ordered = sorted(parsed.rows, key=lambda r: r.at_s)
+    sessions = task_sessions(ordered, block_size)
+    parsed.rows = [replace(r, session=name) for r, name in zip(ordered, sessions, strict=True)]
     return parsed
 
 

@@ -13,9 +13,16 @@ from typing import Any
 import numpy as np
 
 from bakeoff.workloads.kinds import Trace
+from bakeoff.workloads.traces.hash_tree import hash_tree_shape, render_hash_shape
 from bakeoff.workloads.traces.loading import load_trace
 from bakeoff.workloads.traces.otel import render_shape, tree_shape
-from bakeoff.workloads.traces.rows import SHARING_CLASSES, reuse_share, reused_tokens, sharing_class
+from bakeoff.workloads.traces.rows import (
+    SHARING_CLASSES,
+    cache_block_reuse,
+    reuse_share,
+    reused_tokens,
+    sharing_class,
+)
 
 QUANTILES = (50, 90, 99)
 RATE_BINS = 20
@@ -39,8 +46,11 @@ def arrival_rate(arrivals_s: list[float], bin_s: float) -> list[tuple[float, flo
     return [(float(start), float(n) / bin_s) for start, n in zip(edges[:-1], counts, strict=True)]
 
 
-def summarize_trace(wl: Trace, bin_s: float | None = None) -> dict[str, Any]:
-    """The figures ``inspect`` prints, as a JSON-ready mapping."""
+def summarize_trace(wl: Trace, bin_s: float | None = None, cache_block: int | None = None) -> dict[str, Any]:
+    """The figures ``inspect`` prints, as a JSON-ready mapping.
+
+    ``cache_block``: the KV-cache block (tokens) the reuse is also counted at (default: the trace's own).
+    """
     trace = load_trace(wl)
     arrivals = [row.at_s * wl.time_scale for row in trace.rows]
     span = arrivals[-1] if arrivals else 0.0
@@ -52,9 +62,15 @@ def summarize_trace(wl: Trace, bin_s: float | None = None) -> dict[str, Any]:
     classes = [sharing_class(n, r.prompt_tokens) for n, r in zip(reused, trace.rows, strict=True)]
     peak = max((r for _, r in rates), default=0.0)
     mean = (len(arrivals) - 1) / span if span > 0 else None
-    tree = tree_shape(trace.source) if trace.format == "otel" else None
+    tree, tree_kind = None, ""
+    if trace.format == "otel":
+        tree, tree_kind = tree_shape(trace.source), "spans"
+    elif trace.format == "mooncake" and block_size:
+        tree, tree_kind = hash_tree_shape(trace.rows, block_size), "hash"
+    cache = cache_block or block_size
     return {
         "tree": tree,
+        "tree_kind": tree_kind,
         "source": str(trace.source),
         "format": trace.format,
         "rows_in_file": trace.rows_in_file,
@@ -73,6 +89,8 @@ def summarize_trace(wl: Trace, bin_s: float | None = None) -> dict[str, Any]:
         "block_size": block_size,
         "distinct_blocks": len({b for r in trace.rows for b in r.blocks}),
         "designed_reuse": reuse_share(sent, block_size),
+        "cache_block": cache,
+        "cache_block_reuse": cache_block_reuse(sent, block_size, cache) if block_size else 0.0,
         "sharing_classes": {c: classes.count(c) for c in SHARING_CLASSES},
     }
 
@@ -101,13 +119,21 @@ def render(summary: dict[str, Any]) -> str:
     if s["sessions"]:
         lines.append(f"sessions      {s['sessions']}")
     if s.get("tree"):
-        lines += render_shape(s["tree"])
+        lines += render_hash_shape(s["tree"]) if s["tree_kind"] == "hash" else render_shape(s["tree"])
     if s["block_size"]:
         classes = ", ".join(f"{n} {c}" for c, n in s["sharing_classes"].items())
         lines.append(
             f"prefix reuse  {s['designed_reuse']:.1%} of prompt tokens repeat an earlier prefix "
             f"({s['distinct_blocks']} distinct blocks of {s['block_size']} tokens; requests: {classes})"
         )
+        how = (
+            "exact"
+            if s["cache_block"] == s["block_size"]
+            else "whole cache blocks of it; a lower bound: a block id that differs may still share its first tokens"
+            if s["cache_block"] < s["block_size"]
+            else "whole cache blocks of it, each reused only when all its block ids match"
+        )
+        lines.append(f"              {s['cache_block_reuse']:.1%} at a {s['cache_block']}-token cache block ({how})")
     else:
         lines.append("prefix reuse  none designed: the format has no block ids, every prompt is unique")
     lines.append("arrival rate over time (req/s):")

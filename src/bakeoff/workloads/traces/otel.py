@@ -236,12 +236,16 @@ def tree_shape(path: Path) -> dict[str, Any]:
     }
 
 
+def spread_line(label: str, spread: dict[str, float], unit: str = "") -> str:
+    """One per-task figure of a tree summary: its min, median and max."""
+    return f"  {label:22} min {spread['min']:.4g}, p50 {spread['p50']:.4g}, max {spread['max']:.4g}{unit}"
+
+
 def render_shape(shape: dict[str, Any]) -> list[str]:
     """The tree lines ``bakeoff trace inspect`` prints for an agent trace."""
 
     def line(label: str, key: str, unit: str = "") -> str:
-        d = shape[key]
-        return f"  {label:22} min {d['min']:.4g}, p50 {d['p50']:.4g}, max {d['max']:.4g}{unit}"
+        return spread_line(label, shape[key], unit)
 
     lines = [
         f"agent tasks   {shape['tasks']} tasks ({shape['spans']} spans); per task:",

@@ -102,6 +102,24 @@ def reuse_share(requests: Sequence[tuple[int, Sequence[int]]], block_size: int) 
     return sum(reused_tokens(requests, block_size)) / total
 
 
+def cache_block_reuse(requests: Sequence[tuple[int, Sequence[int]]], block_size: int, cache_block: int) -> float | None:
+    """Share of prompt tokens a cache of ``cache_block``-token blocks can reuse, from ids of ``block_size``.
+
+    Caches reuse whole blocks only, so each request's reused prefix (:func:`reused_tokens`) is
+    cut down to whole cache blocks. At ``cache_block == block_size`` that is exact. A coarser
+    cache block (a multiple of it) is reused only when every id inside it matched, which the
+    cut gives exactly. A finer one can do better than the ids show: the first id that differs
+    may still share its leading tokens, which the ids cannot tell, so the figure is a lower bound.
+    """
+    total = sum(prompt for prompt, _ in requests)
+    if not total:
+        return None
+    if block_size <= 0:
+        return 0.0
+    reused = reused_tokens(requests, block_size)
+    return sum(n // cache_block * cache_block for n in reused) / total
+
+
 SHARING_CLASSES = ("unshared", "shared<50%", "shared>=50%")
 
 
