@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Generator
 from pathlib import Path
+from typing import TypedDict
 
 import psutil
 import pytest
@@ -50,17 +51,25 @@ def _kind(cmdline: list[str]) -> str | None:
 class EngineStarts:
     """Engine servers started on this machine since the phase began, by sampling the process table.
 
-    A sample every half second catches every start: an engine lives for tens of seconds.
+    A sample every half second catches every start: an engine lives for tens of seconds. Each
+    start keeps its command, the CPU its process tree had spent when last seen (a vLLM-CPU start
+    is mostly CPU: imports and warm-up in three processes), and the tests running when it began.
     """
 
     def __init__(self) -> None:
         self.since = time.time()
         self.seen: dict[str, set[int]] = defaultdict(set)
+        self.starts: dict[int, EngineStart] = {}
+        self.running: set[str] = set()  # tests started and not yet finished, on any worker
+        self._procs: dict[int, psutil.Process] = {}
 
     def sample(self) -> None:
         for proc in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
             info = proc.info
-            if (info["create_time"] or 0) < self.since or not (kind := _kind(info["cmdline"] or [])):
+            # create_time is boot time plus clock ticks: it can read a little before the real start.
+            if info["pid"] in self.starts or (info["create_time"] or 0) < self.since - 1.0:
+                continue
+            if not (kind := _kind(info["cmdline"] or [])):
                 continue
             try:
                 if _kind(psutil.Process(info["ppid"]).cmdline()) == kind:
@@ -68,9 +77,46 @@ class EngineStarts:
             except psutil.Error:
                 pass
             self.seen[kind].add(info["pid"])
+            self.starts[info["pid"]] = {
+                "kind": kind,
+                "command": _short(info["cmdline"] or []),
+                "cpu_s": 0.0,
+                "during": sorted(self.running),
+            }
+            self._procs[info["pid"]] = proc
+        for pid, proc in list(self._procs.items()):
+            try:
+                tree = [proc, *proc.children(recursive=True)]
+                self.starts[pid]["cpu_s"] = round(sum(_proc_cpu(p) for p in tree), 1)
+            except psutil.Error:
+                del self._procs[pid]  # gone: its last sample stands
 
     def counts(self) -> dict[str, int]:
         return {kind: len(pids) for kind, pids in sorted(self.seen.items())}
+
+    def listed(self) -> list[EngineStart]:
+        return [self.starts[pid] for pid in sorted(self.starts, key=lambda p: self.starts[p]["cpu_s"], reverse=True)]
+
+
+class EngineStart(TypedDict):
+    kind: str
+    command: str
+    cpu_s: float
+    during: list[str]
+
+
+def _proc_cpu(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
+
+
+def _short(cmdline: list[str]) -> str:
+    """The engine's program and the options that tell one start from another (paths cut to their last part)."""
+    words = [w.rsplit("/", 1)[-1] if "/" in w and not w.startswith("-") else w for w in cmdline]
+    return " ".join(words)[:240]
 
 
 CPU_AT_SETUP = pytest.StashKey[float]()
@@ -113,6 +159,12 @@ class SuiteTiming:
         self.engines = EngineStarts()
         self.cpu_at_start = psutil.cpu_times()
         self._sampling = False
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.engines.running.add(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.engines.running.discard(nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
@@ -170,6 +222,7 @@ class SuiteTiming:
             "test_seconds": round(sum(self.seconds.values()), 1),
             "cpu_busy": self._cpu_busy(),
             "engine_starts": self.engines.counts(),
+            "engines": self.engines.listed(),
             "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
             "test_cpu_s": round(sum(self.cpu.values()), 1),
             "most_cpu": [{"test": nodeid, "cpu_s": round(c, 1)} for nodeid, c in heaviest[:30]],

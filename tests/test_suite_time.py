@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -46,3 +47,51 @@ def test_a_phase_run_beside_another_is_shown_but_not_added_to_the_total(tmp_path
     (tmp_path / "unit.json").write_text(json.dumps(files["unit"]))
     text = script.table(script.load(tmp_path), slowest=5, budget=540)
     assert "| **total** | **290** |" in text  # 25 + (40 - 25) + 250
+
+
+def test_engine_starts_are_listed_by_their_cpu_with_the_tests_running_when_they_began(tmp_path: Path) -> None:
+    engine = {"kind": "vllm", "command": "python -m vllm.entrypoints.openai.api_server --model small", "cpu_s": 33.0}
+    files = {
+        "engine": {
+            "phase": "engine",
+            "wall_s": 100,
+            "engines": [
+                {**engine, "during": []},
+                {**engine, "cpu_s": 61.5, "during": ["tests/test_e2e_x.py::test_int4"]},
+            ],
+        }
+    }
+    (tmp_path / "engine.json").write_text(json.dumps(files["engine"]))
+    script = _script()
+    text = script.table(script.load(tmp_path), slowest=5, budget=540)
+    listed = text[text.index("Engine starts") :]
+    assert listed.index("61.5 s  vllm  [engine]  test_int4") < listed.index("33.0 s  vllm  [engine]  at collection")
+
+
+def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from suite_timing import EngineStarts
+
+    starts = EngineStarts()
+    starts.running.add("tests/test_x.py::test_starts_one")
+    # A process whose command line carries an engine's signature, burning a little CPU first.
+    code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code, "llama-server"])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            starts.sample()
+            listed = starts.listed()
+            if listed and listed[0]["cpu_s"] >= 0.3:
+                break
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert starts.counts() == {"llama-server": 1}
+    (start,) = starts.listed()
+    assert start["during"] == ["tests/test_x.py::test_starts_one"] and "llama-server" in start["command"]
+    assert start["cpu_s"] >= 0.3
