@@ -43,9 +43,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--suite-phase", metavar="NAME", default="all", help="the phase's name in that file")
 
 
+# Runtime clients: their container's own processes are what is counted (rootful podman's are the host's).
+RUNTIME_CLIENTS = ("podman", "docker", "conmon")
+
+
 def _kind(cmdline: list[str]) -> str | None:
+    """The engine a command line starts; a ``python -c`` script that only mentions it is a pre-flight parse."""
+    if not cmdline or cmdline[0].rsplit("/", 1)[-1] in RUNTIME_CLIENTS:
+        return None
     line = " ".join(cmdline)
-    return next((kind for kind, marks in ENGINE_SIGNATURES.items() if any(m in line for m in marks)), None)
+    kind = next((kind for kind, marks in ENGINE_SIGNATURES.items() if any(m in line for m in marks)), None)
+    if kind is not None and "-c" in cmdline[1:2]:
+        return f"{kind} parse"
+    return kind
 
 
 class EngineStarts:
@@ -62,6 +72,7 @@ class EngineStarts:
         self.starts: dict[int, EngineStart] = {}
         self.running: set[str] = set()  # tests started and not yet finished, on any worker
         self._procs: dict[int, psutil.Process] = {}
+        self._tree_cpu: dict[int, dict[int, float]] = defaultdict(dict)  # start -> pid -> CPU when last seen
 
     def sample(self) -> None:
         for proc in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
@@ -87,9 +98,13 @@ class EngineStarts:
         for pid, proc in list(self._procs.items()):
             try:
                 tree = [proc, *proc.children(recursive=True)]
-                self.starts[pid]["cpu_s"] = round(sum(_proc_cpu(p) for p in tree), 1)
             except psutil.Error:
                 del self._procs[pid]  # gone: its last sample stands
+                continue
+            seen = self._tree_cpu[pid]
+            for member in tree:  # a child that exits first keeps the CPU it was last seen with
+                seen[member.pid] = max(seen.get(member.pid, 0.0), _proc_cpu(member))
+            self.starts[pid]["cpu_s"] = round(sum(seen.values()), 1)
 
     def counts(self) -> dict[str, int]:
         return {kind: len(pids) for kind, pids in sorted(self.seen.items())}

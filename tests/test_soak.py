@@ -10,6 +10,7 @@ undecided in 2 of 5 runs (flat side) and 1 of 3 at 20 ms/s (drifting side); as h
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -64,11 +65,17 @@ def _soak(url: str, builder: PlanBuilder, run_dir: Path) -> Trend:
 # in one window is what the trend test is right to call undecided).
 @pytest.mark.precision
 def test_planted_drift_is_called_drifting_and_a_flat_server_flat(builder: PlanBuilder, tmp_path: Path) -> None:
-    with serve_reference(ttft_ms=100, itl_ms=2, ttft_growth_ms_per_s=40) as url:
-        drifting = _soak(url, builder, tmp_path / "drifting")
+    # The two soaks run at once, each against its own server (12 requests a second each, a few
+    # per cent of a core): 8 s instead of 16.
+    with (
+        serve_reference(ttft_ms=100, itl_ms=2, ttft_growth_ms_per_s=40) as drifting_url,
+        serve_reference(ttft_ms=100, itl_ms=2) as flat_url,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        other = pool.submit(_soak, flat_url, builder, tmp_path / "flat")
+        drifting = _soak(drifting_url, builder, tmp_path / "drifting")
+        flat = other.result()
     assert drifting.verdict == "drifting", drifting.line()
-    with serve_reference(ttft_ms=100, itl_ms=2) as url:
-        flat = _soak(url, builder, tmp_path / "flat")
     assert flat.verdict == "flat", flat.line()
 
 

@@ -73,13 +73,15 @@ def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_pa
     import sys
 
     sys.path.insert(0, str(REPO / "tests"))
-    from suite_timing import EngineStarts
+    from suite_timing import EngineStarts, _kind
 
     starts = EngineStarts()
     starts.running.add("tests/test_x.py::test_starts_one")
     # A process whose command line carries an engine's signature, burning a little CPU first.
     code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
-    proc = subprocess.Popen([sys.executable, "-c", code, "llama-server"])
+    script = tmp_path / "engine.py"
+    script.write_text(code)
+    proc = subprocess.Popen([sys.executable, str(script), "llama-server"])
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -95,3 +97,8 @@ def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_pa
     (start,) = starts.listed()
     assert start["during"] == ["tests/test_x.py::test_starts_one"] and "llama-server" in start["command"]
     assert start["cpu_s"] >= 0.3
+    # A runtime's client is not the engine (its container's processes are), and a script that
+    # only names the engine is a pre-flight parse.
+    assert _kind(["/usr/bin/podman", "run", "-d", "img", "python", "-m", "vllm.entrypoints.openai.api_server"]) is None
+    assert _kind(["python", "-c", "import vllm  # vllm serve parser", "{}"]) == "vllm parse"
+    assert _kind(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == "vllm"
