@@ -47,6 +47,7 @@ class PhaseTiming(TypedDict):
     cpu_busy: NotRequired[float]
     engine_starts: NotRequired[dict[str, int]]
     engines: NotRequired[list[EngineStart]]
+    engine_cpu_by_test: NotRequired[dict[str, float]]  # engine CPU spent while each test ran
     slowest: NotRequired[list[SlowTest]]
     test_cpu_s: NotRequired[float]
     most_cpu: NotRequired[list[CpuTest]]
@@ -86,6 +87,10 @@ def table(phases: list[PhaseTiming], slowest: int, budget: float) -> str:
         for cpu, where, start in sorted(starts, key=lambda s: s[0], reverse=True):
             during = ", ".join(t.rsplit("::", 1)[-1] for t in start["during"]) or "at collection"
             lines.append(f"{cpu:7.1f} s  {start['kind']}  [{where}]  {during}\n           {start['command'][:160]}")
+    served = [(c, phase["phase"], t) for phase in phases for t, c in phase.get("engine_cpu_by_test", {}).items()]
+    if served:
+        lines += ["", f"Engine CPU by the tests it served (the {slowest} most; shared engines split it):", ""]
+        lines += [f"{c:7.1f} s  {name}  [{where}]" for c, where, name in sorted(served, reverse=True)[:slowest]]
     verdict = "within" if total <= budget else "OVER"
     lines += ["", f"suite after set-up: {total:.0f} s, {verdict} the {budget:.0f} s budget"]
     return "\n".join(lines)

@@ -73,6 +73,9 @@ class EngineStarts:
         self.running: set[str] = set()  # tests started and not yet finished, on any worker
         self._procs: dict[int, psutil.Process] = {}
         self._tree_cpu: dict[int, dict[int, float]] = defaultdict(dict)  # start -> pid -> CPU when last seen
+        # Engine CPU spent while each test ran (a shared engine's work is charged to the tests it
+        # served, split evenly between the tests running in the same half second).
+        self.by_test: dict[str, float] = defaultdict(float)
 
     def sample(self) -> None:
         for proc in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
@@ -104,7 +107,10 @@ class EngineStarts:
             seen = self._tree_cpu[pid]
             for member in tree:  # a child that exits first keeps the CPU it was last seen with
                 seen[member.pid] = max(seen.get(member.pid, 0.0), _proc_cpu(member))
-            self.starts[pid]["cpu_s"] = round(sum(seen.values()), 1)
+            total = sum(seen.values())
+            spent, self.starts[pid]["cpu_s"] = total - self.starts[pid]["cpu_s"], round(total, 1)
+            for test in self.running:
+                self.by_test[test] += spent / len(self.running)
 
     def counts(self) -> dict[str, int]:
         return {kind: len(pids) for kind, pids in sorted(self.seen.items())}
@@ -238,6 +244,9 @@ class SuiteTiming:
             "cpu_busy": self._cpu_busy(),
             "engine_starts": self.engines.counts(),
             "engines": self.engines.listed(),
+            "engine_cpu_by_test": {
+                t: round(c, 1) for t, c in sorted(self.engines.by_test.items(), key=lambda kv: -kv[1]) if c >= 1.0
+            },
             "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
             "test_cpu_s": round(sum(self.cpu.values()), 1),
             "most_cpu": [{"test": nodeid, "cpu_s": round(c, 1)} for nodeid, c in heaviest[:30]],

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -59,6 +61,7 @@ def test_engine_starts_are_listed_by_their_cpu_with_the_tests_running_when_they_
                 {**engine, "during": []},
                 {**engine, "cpu_s": 61.5, "during": ["tests/test_e2e_x.py::test_int4"]},
             ],
+            "engine_cpu_by_test": {"tests/test_e2e_x.py::test_int4": 40.0, "tests/test_e2e_x.py::test_bench": 12.5},
         }
     }
     (tmp_path / "engine.json").write_text(json.dumps(files["engine"]))
@@ -66,6 +69,10 @@ def test_engine_starts_are_listed_by_their_cpu_with_the_tests_running_when_they_
     text = script.table(script.load(tmp_path), slowest=5, budget=540)
     listed = text[text.index("Engine starts") :]
     assert listed.index("61.5 s  vllm  [engine]  test_int4") < listed.index("33.0 s  vllm  [engine]  at collection")
+    served = text[text.index("Engine CPU") :]
+    assert served.index("40.0 s  tests/test_e2e_x.py::test_int4") < served.index(
+        "12.5 s  tests/test_e2e_x.py::test_bench"
+    )
 
 
 def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_path: Path) -> None:
@@ -97,6 +104,8 @@ def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_pa
     (start,) = starts.listed()
     assert start["during"] == ["tests/test_x.py::test_starts_one"] and "llama-server" in start["command"]
     assert start["cpu_s"] >= 0.3
+    # Its CPU is charged to the test that was running while it was spent.
+    assert starts.by_test == {"tests/test_x.py::test_starts_one": pytest.approx(start["cpu_s"], abs=0.05)}
     # A runtime's client is not the engine (its container's processes are), and a script that
     # only names the engine is a pre-flight parse.
     assert _kind(["/usr/bin/podman", "run", "-d", "img", "python", "-m", "vllm.entrypoints.openai.api_server"]) is None
