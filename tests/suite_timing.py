@@ -47,12 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 RUNTIME_CLIENTS = ("podman", "docker", "conmon")
 
 
-def _kind(cmdline: list[str]) -> str | None:
+def _kind(cmdline: list[str], signatures: dict[str, tuple[str, ...]] = ENGINE_SIGNATURES) -> str | None:
     """The engine a command line starts; a ``python -c`` script that only mentions it is a pre-flight parse."""
     if not cmdline or cmdline[0].rsplit("/", 1)[-1] in RUNTIME_CLIENTS:
         return None
     line = " ".join(cmdline)
-    kind = next((kind for kind, marks in ENGINE_SIGNATURES.items() if any(m in line for m in marks)), None)
+    kind = next((kind for kind, marks in signatures.items() if any(m in line for m in marks)), None)
     if kind is not None and "-c" in cmdline[1:2]:
         return f"{kind} parse"
     return kind
@@ -66,7 +66,8 @@ class EngineStarts:
     is mostly CPU: imports and warm-up in three processes), and the tests running when it began.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, signatures: dict[str, tuple[str, ...]] = ENGINE_SIGNATURES) -> None:
+        self.signatures = signatures
         self.since = time.time()
         self.seen: dict[str, set[int]] = defaultdict(set)
         self.starts: dict[int, EngineStart] = {}
@@ -83,10 +84,10 @@ class EngineStarts:
             # create_time is boot time plus clock ticks: it can read a little before the real start.
             if info["pid"] in self.starts or (info["create_time"] or 0) < self.since - 1.0:
                 continue
-            if not (kind := _kind(info["cmdline"] or [])):
+            if not (kind := _kind(info["cmdline"] or [], self.signatures)):
                 continue
             try:
-                if _kind(psutil.Process(info["ppid"]).cmdline()) == kind:
+                if _kind(psutil.Process(info["ppid"]).cmdline(), self.signatures) == kind:
                     continue
             except psutil.Error:
                 pass

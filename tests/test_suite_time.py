@@ -82,13 +82,14 @@ def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_pa
     sys.path.insert(0, str(REPO / "tests"))
     from suite_timing import EngineStarts, _kind
 
-    starts = EngineStarts()
+    # Its own signature: a real one would make the unit phase's sampler count this stand-in.
+    starts = EngineStarts({"fake-engine": ("bakeoff-fake-engine",)})
     starts.running.add("tests/test_x.py::test_starts_one")
     # A process whose command line carries an engine's signature, burning a little CPU first.
     code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
     script = tmp_path / "engine.py"
     script.write_text(code)
-    proc = subprocess.Popen([sys.executable, str(script), "llama-server"])
+    proc = subprocess.Popen([sys.executable, str(script), "bakeoff-fake-engine"])
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -100,9 +101,9 @@ def test_the_sampler_records_an_engine_start_its_cpu_and_the_test_running(tmp_pa
     finally:
         proc.kill()
         proc.wait()
-    assert starts.counts() == {"llama-server": 1}
+    assert starts.counts() == {"fake-engine": 1}
     (start,) = starts.listed()
-    assert start["during"] == ["tests/test_x.py::test_starts_one"] and "llama-server" in start["command"]
+    assert start["during"] == ["tests/test_x.py::test_starts_one"] and "bakeoff-fake-engine" in start["command"]
     assert start["cpu_s"] >= 0.3
     # Its CPU is charged to the test that was running while it was spent.
     assert starts.by_test == {"tests/test_x.py::test_starts_one": pytest.approx(start["cpu_s"], abs=0.05)}
