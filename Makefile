@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 BAKEOFF := $(BIN)/bakeoff
 PYTEST_ARGS ?=
 # The suite runs in three phases (docs/development.md): the tests that start no real engine on
-# pytest-xdist workers; the few that assert millisecond timing ("precision") alone, since a
-# third worker on 2 cores delays a client's reads by milliseconds; then the real-engine and
+# pytest-xdist workers; the few that assert millisecond timing ("precision") by themselves, since
+# a CPU-bound neighbour on 2 cores delays a client's reads by milliseconds; then the real-engine and
 # container tests on two workers (an engine's start, a notebook kernel and an open-loop schedule
 # each leave a core idle much of the time).
 # JOBS is one more than the 2 cores this was tuned on (those tests wait on schedules and
@@ -18,7 +18,16 @@ PYTEST_ARGS ?=
 # may name a file of one phase only.
 JOBS ?= 3
 UNIT_TESTS := -m "not e2e and not container and not precision and not training" -n $(JOBS) --dist loadscope --no-loadscope-reorder
-PRECISION_TESTS := -m "precision and not e2e and not container and not training"
+# The precision tests on two workers with nothing else beside them: each mostly waits on its
+# reference server's schedule (13% of the cores busy when run one at a time), so two at once leave
+# each a core when it needs one; it is CPU-bound neighbours that delay a client's reads.
+PRECISION_TESTS := -m "precision and not e2e and not container and not training" -n 2 --dist load
+# The precision and engine phases collect only the files that hold their tests (their markers'
+# text, which tests/conftest.py checks every marked test's file carries): collecting all ~150
+# files to deselect all but a few took about 10 s of a phase. Left out when PYTEST_ARGS is given,
+# which may name files of its own.
+PRECISION_FILES = $(if $(PYTEST_ARGS),,$(shell grep -lE 'mark\.precision' tests/test_*.py))
+ENGINE_FILES = $(if $(PYTEST_ARGS),,$(shell grep -lE 'mark\.(e2e|container)' tests/test_*.py))
 # The real-engine phase on two workers: the tests that share the started small-model engines
 # on one, the container tests on the other with the rest (tests/scheduling.py says why).
 ENGINE_TESTS := -m "(e2e or container) and not training" -n 2 --dist loadscope --no-loadscope-reorder
@@ -55,8 +64,8 @@ test: setup
 	cat $(SUITE_TIMES)/lint.log; \
 	[ "$$(cat $(SUITE_TIMES)/lint.rc)" = 0 ] || { echo "make test: lint failed (its output above)"; exit 1; }; \
 	[ $$unit = 0 ] || [ $$unit = 5 ]
-	$(BIN)/pytest $(PRECISION_TESTS) $(TIMED)precision $(PYTEST_ARGS) || [ $$? = 5 ]
-	$(BIN)/pytest $(ENGINE_TESTS) $(TIMED)engine $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/pytest $(PRECISION_TESTS) $(TIMED)precision $(PRECISION_FILES) $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/pytest $(ENGINE_TESTS) $(TIMED)engine $(ENGINE_FILES) $(PYTEST_ARGS) || [ $$? = 5 ]
 	@$(BIN)/python benchmarks/suite_time.py --dir $(SUITE_TIMES)
 
 setup: debs harness

@@ -30,6 +30,13 @@ class CpuTest(TypedDict):
     cpu_s: float
 
 
+class EngineStart(TypedDict):
+    kind: str
+    command: str
+    cpu_s: float  # its process tree's CPU when last seen (a container's processes are the host's)
+    during: list[str]  # the tests running when it began (none: started at collection)
+
+
 class PhaseTiming(TypedDict):
     """One phase's file, as tests/suite_timing.py writes it (lint's holds the first two keys only)."""
 
@@ -39,6 +46,8 @@ class PhaseTiming(TypedDict):
     test_seconds: NotRequired[float]
     cpu_busy: NotRequired[float]
     engine_starts: NotRequired[dict[str, int]]
+    engines: NotRequired[list[EngineStart]]
+    engine_cpu_by_test: NotRequired[dict[str, float]]  # engine CPU spent while each test ran
     slowest: NotRequired[list[SlowTest]]
     test_cpu_s: NotRequired[float]
     most_cpu: NotRequired[list[CpuTest]]
@@ -72,6 +81,16 @@ def table(phases: list[PhaseTiming], slowest: int, budget: float) -> str:
     if heavy:
         lines += ["", f"The {slowest} tests that spent the most CPU (with the children they reaped):", ""]
         lines += [f"{s:7.1f} s  {name}  [{where}]" for s, where, name in sorted(heavy, reverse=True)[:slowest]]
+    starts = [(e["cpu_s"], phase["phase"], e) for phase in phases for e in phase.get("engines", [])]
+    if starts:
+        lines += ["", "Engine starts, by the CPU each spent (its tests: those running when it began):", ""]
+        for cpu, where, start in sorted(starts, key=lambda s: s[0], reverse=True):
+            during = ", ".join(t.rsplit("::", 1)[-1] for t in start["during"]) or "at collection"
+            lines.append(f"{cpu:7.1f} s  {start['kind']}  [{where}]  {during}\n           {start['command'][:160]}")
+    served = [(c, phase["phase"], t) for phase in phases for t, c in phase.get("engine_cpu_by_test", {}).items()]
+    if served:
+        lines += ["", f"Engine CPU by the tests it served (the {slowest} most; shared engines split it):", ""]
+        lines += [f"{c:7.1f} s  {name}  [{where}]" for c, where, name in sorted(served, reverse=True)[:slowest]]
     verdict = "within" if total <= budget else "OVER"
     lines += ["", f"suite after set-up: {total:.0f} s, {verdict} the {budget:.0f} s budget"]
     return "\n".join(lines)

@@ -70,6 +70,26 @@ def _start_small_engines(model: Path) -> StartingEngines:
     return StartingEngines(model, distinct_configurations(SMALL_CAMPAIGNS), served.pop(), run_dir)
 
 
+# The precision and engine phases of `make test` collect only the files whose text carries these
+# markers (Makefile: PRECISION_FILES, ENGINE_FILES): a test marked any other way would silently not run.
+PHASE_MARKERS = {"precision": "mark.precision", "e2e": "mark.e2e", "container": "mark.container"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the unit phase sees every test
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    texts: dict[Path, str] = {}
+    for item in items:
+        path = Path(item.path)
+        for name, text in PHASE_MARKERS.items():
+            if item.get_closest_marker(name) is None:
+                continue
+            if text not in texts.setdefault(path, path.read_text()):
+                raise pytest.UsageError(
+                    f"{item.nodeid} is marked {name} but its file does not say `{text}`: make test's "
+                    f"{name} phase collects only files that do; mark it with pytest.{text} in that file"
+                )
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the shared engines as soon as tests that need them are selected, not when the first
     of them runs: their start (about a minute of both cores) overlaps the tests before it.

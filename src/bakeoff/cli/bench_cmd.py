@@ -17,22 +17,16 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import TypeAdapter, ValidationError
-
-from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.errors import ServerDiedError, SpecError
-from bakeoff.measure.auth import parse_header_arg, request_headers
-from bakeoff.measure.client import ClientSettings
-from bakeoff.measure.control import check_server, context_limit
-from bakeoff.results.store import RECORDS_JOURNAL, RUN_INFO, SUMMARY, read_journal, read_summary
-from bakeoff.results.summary import RunSummary
-from bakeoff.schema import flag_errors
-from bakeoff.workloads.kinds import Workload
-from bakeoff.workloads.plans import PlanBuilder
-from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
+
+# The measuring stack is imported by the functions that use it, not here: `bakeoff` builds every
+# command's options from this module, and a refused flag or `--help` should not load it.
+if TYPE_CHECKING:
+    from bakeoff.results.summary import RunSummary
+    from bakeoff.workloads.kinds import Workload
 
 # Workload fields as the flags that set them, so a refused value names what the user typed.
 FLAG_OF = {
@@ -52,8 +46,6 @@ FLAG_OF = {
     "request_timeout_s": "--request-timeout",
     "stall_timeout_s": "--stall-timeout",
 }
-_RUN_FILES = (SUMMARY, RUN_INFO, RECORDS_JOURNAL)
-_WORKLOAD = TypeAdapter(Workload)
 
 
 def parse_length(text: str) -> dict[str, Any]:
@@ -80,6 +72,11 @@ def parse_length(text: str) -> dict[str, Any]:
 
 def bench_workload(args: argparse.Namespace) -> Workload:
     """The workload spec the options describe; a bad value is a SpecError naming its flag."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from bakeoff.schema import flag_errors
+    from bakeoff.workloads.kinds import Workload
+
     common: dict[str, Any] = {
         "endpoint": args.endpoint,
         "seed": args.seed,
@@ -129,7 +126,7 @@ def bench_workload(args: argparse.Namespace) -> Workload:
             "output_len": args.output_len,
         }
     try:
-        return _WORKLOAD.validate_python(raw)
+        return TypeAdapter(Workload).validate_python(raw)
     except ValidationError as exc:
         raise SpecError(flag_errors(exc, _flag_of)) from None
 
@@ -142,6 +139,8 @@ def _flag_of(loc: tuple[int | str, ...]) -> str:
 
 def claim_out(out: Path, force: bool) -> None:
     """Refuse to overwrite an existing run folder unless ``--force``; never delete a stranger's folder."""
+    from bakeoff.results.store import RECORDS_JOURNAL, RUN_INFO, SUMMARY
+
     if not out.exists():
         return
     if not out.is_dir():
@@ -150,7 +149,8 @@ def claim_out(out: Path, force: bool) -> None:
         return
     if not force:
         raise SpecError(f"--out {out}: already holds results; choose another --out, or add --force to replace them")
-    ours = any((d / name).exists() for d in (out, *out.iterdir()) for name in _RUN_FILES if d.is_dir())
+    run_files = (SUMMARY, RUN_INFO, RECORDS_JOURNAL)
+    ours = any((d / name).exists() for d in (out, *out.iterdir()) for name in run_files if d.is_dir())
     if not ours:
         raise SpecError(f"--out {out}: holds files that are not bakeoff results; --force replaces only a run folder")
     shutil.rmtree(out)
@@ -171,6 +171,8 @@ def report_failures(run_dir: Path, show: int = 3) -> list[str]:
     Measured requests are counted as the summary and the table count them; failed warm-ups
     (not measured, so in neither) get lines of their own, marked as such.
     """
+    from bakeoff.results.store import RECORDS_JOURNAL, read_journal
+
     path = run_dir / RECORDS_JOURNAL
     if not path.exists():
         return []
@@ -275,8 +277,14 @@ def add_bench_options(bench: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Check everything, then run each plan of the workload into ``--out`` and print the summary."""
-    # Deferred: report.frame loads pandas (the report extra), which bench needs for nothing else.
+    from bakeoff.campaign.runner import RunTarget, execute_plan
+    from bakeoff.measure.auth import parse_header_arg, request_headers
+    from bakeoff.measure.client import ClientSettings
+    from bakeoff.measure.control import check_server, context_limit
     from bakeoff.report.frame import run_warnings, summary_table
+    from bakeoff.results.store import SUMMARY, read_summary
+    from bakeoff.workloads.plans import PlanBuilder
+    from bakeoff.workloads.prompts import PromptFactory, load_tokenizer
 
     if args.warmup < 0:
         raise SpecError(f"--warmup must be 0 or more, got {args.warmup}")

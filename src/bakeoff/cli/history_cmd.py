@@ -13,12 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bakeoff.console import text_table
-from bakeoff.history import archive, baseline
-from bakeoff.history import index as history
-from bakeoff.history.baseline import first_run_sets_baseline
-from bakeoff.history.compare import MARKED, as_json, compare, render
-from bakeoff.history.trend import render_trend
-from bakeoff.results.store import write_json
+
+# Each handler imports the history machinery it uses (DuckDB, pandas): `bakeoff` builds every
+# command's options from this module, and --help should not load them.
 
 HISTORY_DIR_HELP = "where archives and the index live (default: $BAKEOFF_HISTORY, else reports/.history)"
 
@@ -75,6 +72,9 @@ def add_history_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from bakeoff.history import archive
+    from bakeoff.history import index as history
+
     root = archive.history_root(args.history_dir)
     if args.add is not None:
         made = archive.archive_campaign(args.add, root)
@@ -92,6 +92,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
+    from bakeoff.history import archive, baseline
+    from bakeoff.history import index as history
+
     root = archive.history_root(args.history_dir)
     if args.baseline_command == "set":
         for server, ident in baseline.set_baseline(args.ref, root).items():
@@ -107,6 +110,11 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from bakeoff.history import archive
+    from bakeoff.history.baseline import first_run_sets_baseline
+    from bakeoff.history.compare import MARKED, as_json, compare, render
+    from bakeoff.results.store import write_json
+
     root = archive.history_root(args.history_dir)
     if args.or_set_baseline and args.baseline in (None, *MARKED):
         marked = first_run_sets_baseline(args.new, root)
@@ -123,6 +131,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_trend(args: argparse.Namespace) -> int:
+    from bakeoff.history import archive
+    from bakeoff.history.trend import render_trend
+
     root = archive.history_root(args.history_dir)
     print(f"trend report: {render_trend(root, args.campaign, args.metric or None, args.out)}")
     return 0

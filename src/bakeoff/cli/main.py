@@ -14,37 +14,17 @@ import threading
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
-from bakeoff.campaign import recurring
-from bakeoff.campaign.cells import validate_campaign
-from bakeoff.campaign.doctor_run import run_doctor
-from bakeoff.campaign.execute import render_report, run_campaign
-from bakeoff.campaign.gpu_host import unset_warnings
-from bakeoff.campaign.preflight_cells import preflight_campaign
-from bakeoff.campaign.progress import estimate_basis, estimate_text
-from bakeoff.campaign.rehearsal import gpu_host_text
-from bakeoff.campaign.resume import failed_cells
-from bakeoff.campaign.specs import load_campaign
+# Only what building the parser needs is imported here: each command's handler imports its own
+# machinery when it runs, so `bakeoff --help`, `backends list` or a refused flag do not load the
+# measuring stack (pandas, scipy, the campaign runner: about 1.5 s of CPU a call).
 from bakeoff.cli import history_cmd, trace_cmd, tune_cmd
-from bakeoff.cli.bench_cmd import add_bench_options, cmd_bench
-from bakeoff.cli.serve_cmd import add_serve_options, cmd_serve
-from bakeoff.cluster.ray_runner import run_campaign_ray
-from bakeoff.conformance.audit import audit
+from bakeoff.cli.bench_cmd import add_bench_options
+from bakeoff.cli.serve_cmd import add_serve_options
 from bakeoff.console import plural
-from bakeoff.doctor.host import read_live, read_recorded
-from bakeoff.doctor.problems import errors
 from bakeoff.errors import BakeoffError, SpecError
-from bakeoff.history.archive import history_root
-from bakeoff.history.calibration import calibrate
 from bakeoff.models.presets import COMPANIONS, PRESET_NAMES, make_preset, preset_is_ready
 from bakeoff.models.quantized import SCHEMES, quantized_checkpoint
 from bakeoff.paths import campaign_file, models_dir
-from bakeoff.results.layout import CAMPAIGN_COPY
-from bakeoff.results.store import SUMMARY
-from bakeoff.serving import backends
-from bakeoff.serving.gpus import gpu_available
-from bakeoff.serving.knobs import parse_knob_args
-from bakeoff.serving.show_launch import describe_launch
 
 DESCRIPTION = """\
 Compare LLM serving frameworks with identical requests.
@@ -199,6 +179,10 @@ def _add_doctor_command(sub: Subcommands) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from bakeoff.campaign.doctor_run import run_doctor
+    from bakeoff.doctor.host import read_live, read_recorded
+    from bakeoff.doctor.problems import errors
+
     host = read_recorded(args.host_from) if args.host_from else read_live()
     if args.record:
         host.record(args.record)
@@ -323,6 +307,19 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
+    from bakeoff.campaign.cells import validate_campaign
+    from bakeoff.campaign.execute import run_campaign
+    from bakeoff.campaign.gpu_host import unset_warnings
+    from bakeoff.campaign.preflight_cells import preflight_campaign
+    from bakeoff.campaign.progress import estimate_basis, estimate_text
+    from bakeoff.campaign.rehearsal import gpu_host_text
+    from bakeoff.campaign.resume import failed_cells
+    from bakeoff.campaign.specs import load_campaign
+    from bakeoff.cluster.ray_runner import run_campaign_ray
+    from bakeoff.history.archive import history_root
+    from bakeoff.history.calibration import calibrate
+    from bakeoff.serving.gpus import gpu_available
+
     if args.campaign_command == "preflight":
         results = preflight_campaign(campaign_file(args.file), rehearse=args.rehearse)
         for result in results:
@@ -388,6 +385,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
+    from bakeoff.campaign import recurring
+
     if args.drift:
         files = recurring.render_drift(args.every, at=args.at, weekday=args.weekday, workdir=args.workdir)
     else:
@@ -401,7 +400,13 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
+    from bakeoff.serving import backends
+    from bakeoff.serving.knobs import parse_knob_args
+    from bakeoff.serving.show_launch import describe_launch
+
     if args.backends_command == "audit":
+        from bakeoff.conformance.audit import audit  # reads wheels: pyarrow, the drift tables
+
         text, status = audit(args.name, args.wheel, args.against, args.write_defaults, missing_only=args.missing_only)
         print(text)
         return status
@@ -416,6 +421,10 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from bakeoff.campaign.execute import render_report
+    from bakeoff.results.layout import CAMPAIGN_COPY
+    from bakeoff.results.store import SUMMARY
+
     folder = args.campaign_dir
     if not (folder / CAMPAIGN_COPY).is_file():
         raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
@@ -426,6 +435,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
+    from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
+    from bakeoff.campaign.cells import validate_campaign
+    from bakeoff.results.layout import CAMPAIGN_COPY
+
     folder = args.campaign_dir
     if not (folder / CAMPAIGN_COPY).is_file():
         raise SpecError(f"{folder}: not a campaign folder (no {CAMPAIGN_COPY}); give the folder 'campaign run' wrote")
@@ -484,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from bakeoff.cli.bench_cmd import cmd_bench
+    from bakeoff.cli.serve_cmd import cmd_serve
+
     handlers = {
         "bench": cmd_bench,
         "serve": cmd_serve,

@@ -16,21 +16,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import psutil
+from typing import TYPE_CHECKING
 
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
-from bakeoff.serving.backends import BackendSpec, load_backend
-from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
-from bakeoff.serving.gpus import gpu_available
-from bakeoff.serving.knobs import parse_knob_args
-from bakeoff.serving.launch_render import render_launch
-from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
-from bakeoff.serving.process import ServerHandle, port_in_use, probe
-from bakeoff.serving.server_config import ServerConfig
 
-# How often the foreground loop checks that the server is still up.
+# The serving stack is imported when the command runs (`bakeoff` builds every command's options
+# from this module; --help and a refused flag should not load it).
+if TYPE_CHECKING:
+    from bakeoff.serving.backends import BackendSpec
+    from bakeoff.serving.process import ServerHandle
+
 CHECK_S = 1.0
 
 
@@ -70,6 +65,16 @@ def bench_line(backend: BackendSpec, handle: ServerHandle, tokenizer: Path | Non
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Check everything, start the server, print how to bench it, and hold it until interrupted."""
+    from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
+    from bakeoff.serving.backends import load_backend
+    from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
+    from bakeoff.serving.gpus import gpu_available
+    from bakeoff.serving.knobs import parse_knob_args
+    from bakeoff.serving.launch_render import render_launch
+    from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
+    from bakeoff.serving.process import port_in_use
+    from bakeoff.serving.server_config import ServerConfig
+
     backend = load_backend(args.backend)
     server = ServerConfig(backend=backend.name, knobs=parse_knob_args(args.knob))
     # Knobs are refused before anything starts, as in a campaign.
@@ -111,6 +116,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _hold(handle: ServerHandle, backend: BackendSpec) -> None:
     """Wait until interrupted; raise when the server dies under us (the launcher then cleans up)."""
+    import psutil
+
+    from bakeoff.serving.process import probe
+
     health = handle.base_url + backend.health.path
     while True:
         time.sleep(CHECK_S)

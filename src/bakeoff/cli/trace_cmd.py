@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-from pydantic import ValidationError
 
 from bakeoff.errors import SpecError
-from bakeoff.results.store import atomic_write_bytes
-from bakeoff.schema import flag_errors
-from bakeoff.workloads.kinds import Trace
 from bakeoff.workloads.traces.formats import FORMATS, detect_format, write_bakeoff
-from bakeoff.workloads.traces.inspect import render, summarize_trace
-from bakeoff.workloads.traces.loading import load_trace
+
+# The workload model and the trace readers are imported when the command runs: `bakeoff` builds
+# every command's options from this module, and --help should not load them.
+if TYPE_CHECKING:
+    from bakeoff.workloads.kinds import Trace
 
 
 def add_trace_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,6 +54,11 @@ def add_trace_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def trace_workload(args: argparse.Namespace) -> Trace:
     """The workload a campaign would write for these options; errors name the option."""
+    from pydantic import ValidationError
+
+    from bakeoff.schema import flag_errors
+    from bakeoff.workloads.kinds import Trace
+
     if not args.file.is_file():
         raise SpecError(f"{args.file}: no such trace file")
     fmt = args.format or detect_format(args.file)
@@ -78,6 +83,10 @@ def trace_workload(args: argparse.Namespace) -> Trace:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
+    from bakeoff.results.store import atomic_write_bytes
+    from bakeoff.workloads.traces.inspect import render, summarize_trace
+    from bakeoff.workloads.traces.loading import load_trace
+
     wl = trace_workload(args)
     if args.trace_command == "inspect":
         if args.bin_s is not None and args.bin_s <= 0:

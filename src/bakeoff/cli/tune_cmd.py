@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bakeoff.campaign.rehearsal import gpu_host_text
-from bakeoff.campaign.tune import tune_campaign
-from bakeoff.cluster.ray_tune import tune_campaign_ray
 from bakeoff.paths import campaign_file
 
 
@@ -42,6 +39,11 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    # Imported here: `bakeoff` builds every command's options from this module.
+    from bakeoff.campaign.rehearsal import gpu_host_text
+    from bakeoff.campaign.tune import tune_campaign
+    from bakeoff.cluster.ray_tune import tune_campaign_ray
+
     path = campaign_file(args.file)
     if args.ray is not None:
         report = tune_campaign_ray(path, args.out, address=args.ray or None, fresh=args.fresh, rehearse=args.rehearse)
