@@ -124,10 +124,16 @@ wheels: harness
 browser: debs
 	@command -v chromium >/dev/null || { echo "make browser: no chromium after scripts/install-debs.sh" >&2; exit 1; }
 
+# mypy's cache lives with the user's other bakeoff caches, not in the checkout, so a fresh clone
+# (CI's, a second worktree) checks incrementally: 28 CPU-s cold, under 1 s when nothing changed.
+# mypy keys each module's entry by its content hash and its own version, so the cache cannot hide
+# a change.
+MYPY_CACHE ?= $(HOME)/.cache/bakeoff/mypy
+
 lint: harness
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 	$(BIN)/lint-imports
 
 unit: venv models models-trained wheels browser
