@@ -28,6 +28,7 @@ import test_tune as planted
 from bakeoff.analysis.verdict import auto_repeats_note, verdicts
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign import execute as campaign
+from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cli.main import main
 from bakeoff.cluster.ray_runner import (
@@ -153,7 +154,7 @@ def test_a_ray_rehearsal_on_an_8_gpu_host_pins_two_cells_to_different_gpus(clust
         "workloads: [{kind: concurrency, name: w, levels: [1], input_len: 16, output_len: 8}]\n"
     )
     store = ResultStore(cluster / "pinned-out", None)
-    assert run_cells_on_ray(ray, path, store, rehearse=True) == []
+    assert run_cells_on_ray(ray, load_input(path, rehearse=True), store) == []
     pinned = {}
     for cell in ("v__w", "s__w"):
         server = read_json(store.local / "cells" / cell / "cell.json")["effort"]["server"]
@@ -261,7 +262,8 @@ def gpu_cells(
         '"workloads": [{"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8}]'
         "}"
     )
-    return spec, campaign_cells.expand(spec, None, rehearse=rehearse)
+    cells = campaign_cells.expand(spec, None)
+    return spec, campaign_cells.rehearsal_cells(cells) if rehearse else cells
 
 
 def test_cell_resources_follow_tensor_parallelism_gpu_type_and_engine_kind(tmp_path: Path) -> None:

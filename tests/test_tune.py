@@ -27,6 +27,7 @@ import yaml
 
 from bakeoff.analysis.tune_compare import NO_SLO_MET, compare_goodput
 from bakeoff.campaign import tune as tuning
+from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.cells import prepare
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import STUDY_FILE, Candidate, cross_verdict, pick, resolve_groups, tune_campaign
@@ -417,7 +418,7 @@ def test_a_rehearsed_gpu_tune_runs_end_to_end_tagged_and_claims_nothing(
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(raw))
     out = tmp_path / "out"
-    report = tune_campaign(path, out_dir=out, rehearse=True)
+    report = tune_campaign(load_input(path, rehearse=True), out_dir=out)
     result = read_json(out / "tune.json")
     assert result["rehearsal"]["source_campaign"] == str(path) and "bakeoff tune" in result["rehearsal"]["gpu_host"]
     assert read_json(out / "rehearsal.json")["command"] == "tune"

@@ -4,7 +4,8 @@ Owns the campaign spec that composes every stage's section, the cells and their 
 one cell measured (:mod:`.cell_run`) and the campaign driven (:mod:`.execute`), the tuner
 (:mod:`.tune`, a package of one module per stage), the runner of plans against one server,
 the cold-cache restart policy, quality checks,
-resume state, rehearsals, recurring schedules (cron/systemd/CI) and the campaign's
+resume state, rehearsals (a transform of the spec made once, :mod:`.campaign_input`, carried by
+the servers' launcher), recurring schedules (cron/systemd/CI) and the campaign's
 estimates and progress lines.
 May import: every stage below it (``report``, ``history`` and down).
 """

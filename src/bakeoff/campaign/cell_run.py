@@ -34,7 +34,6 @@ from bakeoff.results.cell_record import write_cell_record
 from bakeoff.results.layout import (
     CAMPAIGN_COPY,
     PREFLIGHT_FILE,
-    is_rehearsal,
 )
 from bakeoff.results.store import (
     CELL_INFO,
@@ -67,7 +66,7 @@ def start_server(
     ctx = LaunchContext(
         cell.server, cell.backend, source, served_name, run_dir, cell.headers, cell.draft_dir, stand_in=cell.stand_in
     )
-    return launchers.start_server(ctx, rehearse=cell.rehearse)
+    return launchers.start_server(ctx)
 
 
 def cell_fingerprint(cell: Cell, campaign_dir: Path, *, warm: bool = False) -> dict[str, Any]:
@@ -99,7 +98,7 @@ def run_cell(
     spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
     source = resolve_model(spec.model)
     cell = _find_cell(spec, source, campaign_dir, server_label, workload_name, repeat)
-    if cell.rehearse:  # the stand-in answers the quality set, and knows the checkpoint it stands in for
+    if cell.rehearsed:  # the stand-in answers the quality set, and knows the checkpoint it stands in for
         cell = dataclasses.replace(cell, stand_in=stand_in_for(spec, campaign_dir, cell.server))
     cell_dir = campaign_dir / "cells" / cell.cell_id
     plans = load_plans(plans_dir(campaign_dir, workload_name, repeat, warm=spec.warm_repeats))
@@ -155,7 +154,8 @@ def _find_cell(
     spec: CampaignSpec, source: ModelSource, campaign_dir: Path, server_label: str, workload_name: str, repeat: int
 ) -> Cell:
     """The campaign's cell of this server, workload and repeat."""
-    for c in expand(spec, source.local_dir, rehearse=is_rehearsal(campaign_dir)):
+    # A rehearsal's campaign copy has its servers on the rehearsal launcher: the cells it makes start stand-ins.
+    for c in expand(spec, source.local_dir):
         if c.server.label == server_label and c.workload.label == workload_name and c.repeat == repeat:
             return c
     raise SpecError(f"no cell {server_label} x {workload_name} (repeat {repeat}) in {campaign_dir / CAMPAIGN_COPY}")

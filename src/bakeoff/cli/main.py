@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 
 from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
 from bakeoff.campaign import recurring
+from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.cells import validate_campaign
 from bakeoff.campaign.doctor_run import run_doctor
 from bakeoff.campaign.execute import render_report, run_campaign
@@ -324,7 +325,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 def cmd_campaign(args: argparse.Namespace) -> int:
     if args.campaign_command == "preflight":
-        results = preflight_campaign(campaign_file(args.file), rehearse=args.rehearse)
+        results = preflight_campaign(load_input(campaign_file(args.file), rehearse=args.rehearse))
         for result in results:
             print(result.line())
         return 1 if any(r.status == "refused" for r in results) else 0
@@ -352,22 +353,17 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
     if args.ray is not None and args.smoke:
         raise SpecError("--smoke runs here, not on Ray: drop --ray (the smoke is minutes long, one server at a time)")
+    # A rehearsal is made here, once: the spec's rehearsal copy, its servers on the stand-in launcher.
+    campaign = load_input(campaign_file(args.file), rehearse=args.rehearse)
     if args.ray is not None:
         report = run_campaign_ray(
-            campaign_file(args.file),
-            out_dir=args.out,
-            only=args.only,
-            address=args.ray or None,
-            store=args.store,
-            rehearse=args.rehearse,
-            fresh=args.fresh,
+            campaign, out_dir=args.out, only=args.only, address=args.ray or None, store=args.store, fresh=args.fresh
         )
     else:
         report = run_campaign(
-            campaign_file(args.file),
+            campaign,
             out_dir=args.out,
             only=args.only,
-            rehearse=args.rehearse,
             fresh=args.fresh,
             skip_preflight=args.skip_preflight,
             smoke="only" if args.smoke else "off" if args.no_smoke else "auto",

@@ -46,13 +46,14 @@ from typing import Any
 import psutil
 
 from bakeoff.campaign import resume
+from bakeoff.campaign.campaign_input import CampaignInput, as_input
 from bakeoff.campaign.cell_run import cell_fingerprint, run_cell
 from bakeoff.campaign.cells import Cell, prepare
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.execute import auto_stop, render_report, rounds
 from bakeoff.campaign.progress import cell_result
 from bakeoff.campaign.runner import salvage_runs
-from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.paths import reports_dir
@@ -97,7 +98,7 @@ def _needs_gpu(cell: Cell, cluster_has_gpus: bool) -> bool:
     # its server would (so the rendered commands show Ray's placement) only where there are any.
     if cell.backend.accelerator != "gpu" or cell.server.url:
         return False
-    return cluster_has_gpus or not cell.rehearse
+    return cluster_has_gpus or not cell.rehearsed
 
 
 def cell_options(cell: Cell, spec: CampaignSpec, *, cluster_has_gpus: bool = False) -> dict[str, Any]:
@@ -287,20 +288,22 @@ def _stop_new_children(before: set[int]) -> None:
 
 
 def run_campaign_ray(
-    path: Path,
+    campaign: Path | CampaignInput,
     out_dir: Path | None = None,
     only: list[str] | None = None,
     *,
     address: str | None = None,
     store: str | None = None,
-    rehearse: bool = False,
     fresh: bool = False,
 ) -> Path:
-    """``campaign run --ray``: every cell a Ray task; then the report, rendered here."""
+    """``campaign run --ray``: every cell a Ray task; then the report, rendered here.
+
+    ``campaign``: a campaign file, run as written, or :func:`load_input`'s rehearsal of one.
+    """
     ray = import_ray()
-    name = load_campaign(path).name + ("-rehearsal" if rehearse else "")
-    results = ResultStore.open(store, out_dir or reports_dir() / name)
-    failures = run_cells_on_ray(ray, path, results, only, address=address, rehearse=rehearse, fresh=fresh)
+    run = as_input(campaign)
+    results = ResultStore.open(store, out_dir or reports_dir() / (run.written.name + run.suffix))
+    failures = run_cells_on_ray(ray, run, results, only, address=address, fresh=fresh)
     report = render_report(results.local, failures)
     results.push_file(report, "report.html")
     results.push_file(results.local / "compare.ipynb", "compare.ipynb")
@@ -309,12 +312,11 @@ def run_campaign_ray(
 
 def run_cells_on_ray(
     ray: ModuleType,
-    path: Path,
+    campaign: Path | CampaignInput,
     results: ResultStore,
     only: list[str] | None = None,
     *,
     address: str | None = None,
-    rehearse: bool = False,
     fresh: bool = False,
 ) -> list[str]:
     """Plan on the driver, run the cells still to measure as Ray tasks; return the failed cells."""
@@ -323,12 +325,13 @@ def run_cells_on_ray(
         resume.start_over(out)
         results.delete("cells")
     results.pull("cells", out / "cells")  # what earlier runs of this campaign measured
-    if load_campaign(path).gpu and not rehearse:
+    run = as_input(campaign)
+    if run.written.gpu and not run.rehearsal:
         # The host, model and images before any task pulls an image. It examines the driver's
         # host: on a one-node cluster (a local start) that is where the cells run; a remote
         # cluster's nodes are not examined from here.
-        refuse_on_problems(run_doctor(path), path)
-    spec, cells = prepare(path, out, only, rehearse=rehearse)
+        refuse_on_problems(run_doctor(run.path), run.path)
+    spec, cells = prepare(run, out, only)
     check_ray_fields(spec, cells)
     results.push_file(out / CAMPAIGN_COPY, CAMPAIGN_COPY)
     if (out / REHEARSAL_MARKER).is_file():

@@ -112,11 +112,11 @@ Started = Iterator[tuple[ServerHandle, RenderedLaunch]]
 Launcher = Callable[[LaunchContext], contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]]
 
 
-def launcher_kind(backend: BackendSpec, server: ServerConfig, *, rehearse: bool = False) -> LauncherKind:
-    """Which launcher starts this server; a rehearsal replaces only GPU containers."""
+def launcher_kind(backend: BackendSpec, server: ServerConfig) -> LauncherKind:
+    """Which launcher starts this server; a rehearsal's (``launcher: rehearsal``) replaces only GPU containers."""
     if server.url:
         return "external"
-    if rehearse and backend.accelerator == "gpu":
+    if server.rehearsed and backend.accelerator == "gpu":
         if backend.rehearsal_profile is None:
             raise SpecError(f"backend {backend.name!r} has no rehearsal_profile; it cannot be rehearsed")
         return "rehearsal"
@@ -390,8 +390,6 @@ LAUNCHERS: dict[LauncherKind, Launcher] = {
 }
 
 
-def start_server(
-    ctx: LaunchContext, *, rehearse: bool = False
-) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+def start_server(ctx: LaunchContext) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
     """Start ``ctx``'s server with the launcher its kind needs."""
-    return LAUNCHERS[launcher_kind(ctx.backend, ctx.server, rehearse=rehearse)](ctx)
+    return LAUNCHERS[launcher_kind(ctx.backend, ctx.server)](ctx)

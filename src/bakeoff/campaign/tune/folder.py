@@ -20,8 +20,6 @@ from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import resolve_model
 from bakeoff.results.layout import (
     CAMPAIGN_COPY,
-    REHEARSAL_TAG,
-    is_rehearsal,
     read_campaign_copy,
 )
 from bakeoff.results.store import atomic_write_bytes
@@ -52,11 +50,11 @@ class Target:
     slo: Slo
     loads: list[float] = field(default_factory=list)
     runner: CellRunner = run_here
-    rehearse: bool = False
+    tag: str = ""  # REHEARSAL in a rehearsal (CampaignInput.tag)
 
     def say(self, line: str) -> None:
         """A line of the tune's progress; a rehearsal's is tagged, never read as measured."""
-        print(f"{REHEARSAL_TAG} {line}" if self.rehearse else line, flush=True)
+        print(f"{self.tag} {line}" if self.tag else line, flush=True)
 
 
 # --- the tune's campaign folder ----------------------------------------------------------------
@@ -105,7 +103,7 @@ def measure(
 ) -> Path:
     """One cell of the tune folder, unless a finished measurement of it is there already."""
     spec = load_campaign(out / CAMPAIGN_COPY)
-    cells = expand(spec, resolve_model(spec.model).local_dir, [label], rehearse=is_rehearsal(out))
+    cells = expand(spec, resolve_model(spec.model).local_dir, [label])
     cell = next(c for c in cells if c.server.label == label and c.workload.label == workload and c.repeat == repeat)
     cell_dir = out / "cells" / cell.cell_id
     verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
