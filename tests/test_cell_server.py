@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign import cell_run as campaign
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign.cold_cache import CellServer, needs_cold_cache, prompt_keys
@@ -16,10 +19,7 @@ from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.errors import LaunchError
 from bakeoff.notebook import guards as notebook_params
 from bakeoff.results.store import CELL_INFO, read_json, read_summary
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plan_store import save_plans
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan

@@ -14,15 +14,15 @@ import pytest
 import yaml
 
 import prerequisites
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.cells import expand, rehearsal_cells
 from bakeoff.campaign.preflight_cells import preflight_campaign, preflight_cells, refuse_on_failure
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.conformance.preflight import PreflightResult, framework_message, parser_args, preflight_command
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.containers import render_container_launch
-from bakeoff.serving.launch_render import render_launch
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "localhost/bakeoff/vllm-cpu:0.32.0"

@@ -21,6 +21,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, load_backend
 from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.quality import QUALITY_FILE, load_prompt_set
@@ -34,9 +36,7 @@ from bakeoff.report.tables import REHEARSAL_SUFFIX, quality_table, speculative_t
 from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
 from bakeoff.results.layout import REHEARSAL_TAG
 from bakeoff.results.store import read_json, read_summary, write_json
-from bakeoff.serving.backends import BackendSpec, load_backend
 from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import BROKEN_EVERY, LOSSY_PROMPT_LOGPROB, PLANTED_FILE, PROMPT_LOGPROB
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan

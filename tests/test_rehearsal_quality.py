@@ -22,6 +22,8 @@ import orjson
 import pytest
 import yaml
 
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.quality import QUALITY_FILE, QualityItem, check, load_prompt_set, run_quality, score
@@ -31,9 +33,7 @@ from bakeoff.models.model_source import ModelSource
 from bakeoff.report.tables import REHEARSAL_SUFFIX, quality_table
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_json
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.launchers import LaunchContext, start_server
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import (
     BROKEN_EVERY,
     CANNED_FILE,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.cells import Cell, rehearsal_cells, validate_campaign
 from bakeoff.campaign.execute import run_campaign, wants_smoke
@@ -23,8 +25,6 @@ from bakeoff.errors import LaunchError
 from bakeoff.report.serving_checks import effective_values_table, smoke_table
 from bakeoff.results.smoke import SmokeResult, SmokeServer, SmokeStep, read_smoke, smoke_rows
 from bakeoff.results.store import write_json
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
 
 REPO = Path(__file__).resolve().parents[1]

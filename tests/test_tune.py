@@ -26,6 +26,9 @@ import pytest
 import yaml
 
 from bakeoff.analysis.tune_compare import NO_SLO_MET, compare_goodput
+from bakeoff.backends.knobs import broken_constraints
+from bakeoff.backends.spec import load_backend
+from bakeoff.backends.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 from bakeoff.campaign import tune as tuning
 from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.cells import prepare
@@ -38,9 +41,6 @@ from bakeoff.report import tune_report
 from bakeoff.report.tune_report import NOT_JUDGED
 from bakeoff.results.layout import REHEARSAL_BANNER, REHEARSAL_TAG
 from bakeoff.results.store import read_json, read_summary
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.knobs import broken_constraints
-from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 from polling import poll_until
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.analysis import saturation, verdict
+from bakeoff.backends.knobs import effective_dtypes
+from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.campaign import quality, resume, soak
 from bakeoff.campaign.cells import Cell, expand, plans_dir
 from bakeoff.campaign.cold_cache import CellServer
@@ -45,8 +47,6 @@ from bakeoff.results.store import (
 from bakeoff.results.summary import Cost, Effort, RunSummary
 from bakeoff.serving import launchers
 from bakeoff.serving.death_watch import watch_for
-from bakeoff.serving.knobs import effective_dtypes
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
 from bakeoff.serving.process import ServerHandle
 from bakeoff.serving.trtllm_log import read_pytorch_build

@@ -18,11 +18,24 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.backends.knobs import apply_pins
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, KnobValue, load_backend
 from bakeoff.campaign import quality
 from bakeoff.campaign.campaign_input import CampaignInput, as_input
 from bakeoff.campaign.rehearsal import write_marker
 from bakeoff.campaign.specs import CampaignSpec, campaign_copy, load_campaign
 from bakeoff.errors import KnobError, SpecError
+from bakeoff.host.cpu_checks import check_cpu_needs, host_cpu_flags
+from bakeoff.host.gpu_checks import (
+    KvDtype,
+    check_draft_models,
+    check_kv_dtypes,
+    check_model_dtype,
+    effective_kv_dtype,
+)
+from bakeoff.host.gpus import gpu_available
 from bakeoff.measure.auth import request_headers
 from bakeoff.models.model_source import resolve_model
 from bakeoff.models.presets import resolve_model_dir
@@ -30,21 +43,8 @@ from bakeoff.observe.telemetry import has_prefix_cache_counters
 from bakeoff.results.layout import CAMPAIGN_COPY, REHEARSAL_MARKER, cell_folder_name
 from bakeoff.results.store import atomic_write_bytes
 from bakeoff.serving import launchers
-from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
-from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
 from bakeoff.serving.engine_env import engine_python
-from bakeoff.serving.gpu_checks import (
-    KvDtype,
-    check_draft_models,
-    check_kv_dtypes,
-    check_model_dtype,
-    effective_kv_dtype,
-)
-from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.images import image_with_tag
-from bakeoff.serving.knobs import apply_pins
-from bakeoff.serving.launch_render import render_launch
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import StandIn
 from bakeoff.workloads.kinds import MultiTurn, Trace, Workload
 from bakeoff.workloads.plan_store import plan_inputs, plans_match, save_plans

@@ -19,6 +19,8 @@ from typing import Literal
 import yaml
 
 from bakeoff.analysis import verdict
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.server_config import ServerConfig
 from bakeoff.campaign import resume
 from bakeoff.campaign.campaign_input import CampaignInput, as_input
 from bakeoff.campaign.cell_run import cell_fingerprint, run_cell, start_server
@@ -56,9 +58,7 @@ from bakeoff.results.store import (
     write_json,
 )
 from bakeoff.serving.containers import reap_containers
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle, reap_leftovers
-from bakeoff.serving.server_config import ServerConfig
 
 
 def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) -> None:

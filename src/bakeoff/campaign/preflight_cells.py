@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bakeoff.backends.launch_render import RenderedLaunch, render_launch
 from bakeoff.campaign.campaign_input import CampaignInput, as_input
 from bakeoff.campaign.cells import Cell, rehearsal_cells, validate_campaign
 from bakeoff.conformance.audit import load_index, wheel_cache
@@ -29,7 +30,6 @@ from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.images import image_fix_hint, inspect_image
-from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.launchers import launcher_kind
 
 SERVED = "bakeoff-preflight"

@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bakeoff.backends.server_config import ServerConfig
 from bakeoff.campaign.gpu_host import gpu_host_steps
 from bakeoff.campaign.quality import QualityItem, load_prompt_set, normalize
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.models.model_source import ModelRef
 from bakeoff.results.layout import REHEARSAL_MARKER, REHEARSAL_TAG, rehearsal_marker
 from bakeoff.results.store import write_json
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import StandIn, StandInAnswer
 
 REHEARSAL_PRESET = "tiny"

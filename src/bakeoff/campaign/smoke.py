@@ -36,6 +36,8 @@ from pathlib import Path
 
 import orjson
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.campaign.cells import Cell
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.runner import run_coroutine
@@ -56,8 +58,6 @@ from bakeoff.results.smoke import (
     smoke_rows,
     write_smoke,
 )
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import launcher_kind
 from bakeoff.serving.process import ServerHandle, probe
 from bakeoff.workloads.plans import PlannedRequest

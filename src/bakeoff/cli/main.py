@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from bakeoff.analysis.advisor import advise, write_campaign, write_tune_campaign
+from bakeoff.backends import spec as backends
+from bakeoff.backends.knobs import parse_knob_args
 from bakeoff.campaign import recurring
 from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.cells import validate_campaign
@@ -37,14 +39,12 @@ from bakeoff.doctor.problems import errors
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.history.archive import history_root
 from bakeoff.history.calibration import calibrate
+from bakeoff.host.gpus import gpu_available
 from bakeoff.models.presets import COMPANIONS, PRESET_NAMES, make_preset, preset_is_ready
 from bakeoff.models.quantized import SCHEMES, quantized_checkpoint
 from bakeoff.paths import campaign_file, models_dir
 from bakeoff.results.layout import CAMPAIGN_COPY
 from bakeoff.results.store import SUMMARY
-from bakeoff.serving import backends
-from bakeoff.serving.gpus import gpu_available
-from bakeoff.serving.knobs import parse_knob_args
 from bakeoff.serving.show_launch import describe_launch
 
 DESCRIPTION = """\

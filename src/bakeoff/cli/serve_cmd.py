@@ -19,16 +19,16 @@ from pathlib import Path
 
 import psutil
 
+from bakeoff.backends.knobs import parse_knob_args
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, load_backend
 from bakeoff.errors import LaunchError, SpecError
+from bakeoff.host.cpu_checks import check_cpu_needs, host_cpu_flags
+from bakeoff.host.gpus import gpu_available
 from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
-from bakeoff.serving.backends import BackendSpec, load_backend
-from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
-from bakeoff.serving.gpus import gpu_available
-from bakeoff.serving.knobs import parse_knob_args
-from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
 from bakeoff.serving.process import ServerHandle, port_in_use, probe
-from bakeoff.serving.server_config import ServerConfig
 
 # How often the foreground loop checks that the server is still up.
 CHECK_S = 1.0

@@ -56,11 +56,11 @@ from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.host.gpus import gpus
 from bakeoff.paths import reports_dir
 from bakeoff.results.layout import AUTO_REPEATS, REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
 from bakeoff.serving.gpu_pinning import gpu_count
-from bakeoff.serving.gpus import gpus
 from bakeoff.serving.process import PID_FILE, reap_leftovers
 
 INSTALL_HINT = "pip install 'bakeoff[ray]' (pins: pip install -c constraints.txt 'bakeoff[ray]')"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.errors import SpecError
 from bakeoff.report.frame import REHEARSAL_SUFFIX, start_note
 from bakeoff.report.measured_apart import measured_apart_note
@@ -18,7 +19,6 @@ from bakeoff.results.layout import (
     rehearsal_marker,
 )
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
-from bakeoff.serving.backends import load_backend
 
 MEMORY_KNOB_NOTE = (
     "`gpu_memory_utilization` means different things: vLLM takes that share of total GPU memory; "

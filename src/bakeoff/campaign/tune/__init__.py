@@ -2,7 +2,7 @@
 
 Every ``servers:`` entry of a campaign is a *group*; its knobs as written are the *untuned*
 start. For each group an Optuna study (TPE, seeded) searches the backend's knob space
-(:mod:`bakeoff.serving.tune_space`, merged with the campaign's ``tune:`` section,
+(:mod:`bakeoff.backends.tune_space`, merged with the campaign's ``tune:`` section,
 :mod:`bakeoff.campaign.tune_spec`) for the best objective at the tuned workload's load:
 
 - ``goodput``: goodput (req/s within the SLO; output tok/s when the SLO bounds nothing);
