@@ -29,6 +29,7 @@ from bakeoff.analysis.verdict import auto_repeats_note, verdicts
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign import execute as campaign
 from bakeoff.campaign.campaign_input import load_input
+from bakeoff.campaign.cell_spec import write_cell_spec
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cli.main import main
 from bakeoff.cluster.ray_runner import (
@@ -130,8 +131,8 @@ def test_cells_run_in_parallel_on_ray_into_an_object_store_and_match_the_serial_
     # The serial path (what the local campaign's notebook calls) measures the same server: each one
     # against the planted schedule, which load can only delay (the two ran under different loads).
     serial = cluster / "serial"
-    campaign_cells.prepare(path, serial, ["a"])
-    campaign.run_cell(serial, "a", "w")
+    spec, [serial_cell] = campaign_cells.prepare(path, serial, ["a"])
+    campaign.run_cell(write_cell_spec(serial, spec, serial_cell))
     here = read_summary(serial / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
     there = read_summary(store.local / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
     for where, latency in (("on Ray", there), ("serial", here)):

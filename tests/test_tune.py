@@ -31,6 +31,7 @@ from bakeoff.backends.spec import load_backend
 from bakeoff.backends.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 from bakeoff.campaign import tune as tuning
 from bakeoff.campaign.campaign_input import load_input
+from bakeoff.campaign.cell_spec import read_cell_spec
 from bakeoff.campaign.cells import prepare
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import STUDY_FILE, Candidate, cross_verdict, pick, resolve_groups, tune_campaign
@@ -332,7 +333,13 @@ def test_ctrl_c_mid_trial_keeps_finished_trials_leaves_nothing_and_the_tune_resu
 
     real = tune_folder.run_cell  # the default runner's call, in the module that makes it
     measured: list[tuple[str, int]] = []  # (label, repeat) of each cell run
-    monkeypatch.setattr(tune_folder, "run_cell", lambda *a, **k: (measured.append((a[1], a[3])), real(*a, **k))[1])
+
+    def spied(handed: Path, **k: Any) -> object:
+        cell = read_cell_spec(handed)
+        measured.append((cell.server.label, cell.repeat))
+        return real(handed, **k)
+
+    monkeypatch.setattr(tune_folder, "run_cell", spied)
     tune_campaign(path, out_dir=out)
     # Nothing finished was measured again: its cell.json is the same file, its (label, repeat) not run.
     assert {n: (out / "cells" / n / "cell.json").stat().st_mtime_ns for n in kept} == kept

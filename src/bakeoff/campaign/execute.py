@@ -23,7 +23,8 @@ from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.backends.server_config import ServerConfig
 from bakeoff.campaign import resume
 from bakeoff.campaign.campaign_input import CampaignInput, as_input
-from bakeoff.campaign.cell_run import cell_fingerprint, run_cell, start_server
+from bakeoff.campaign.cell_run import run_cell, start_server
+from bakeoff.campaign.cell_spec import cell_fingerprint, write_cell_spec
 from bakeoff.campaign.cells import Cell, prepare
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
@@ -293,7 +294,7 @@ def _run_cells(
             if stopped is not None:
                 progress.skip(index, cell.cell_id, f"repeats: auto stopped after round {stopped}")
                 continue
-            _run_one(cells, index, out, failures, progress, warm, in_process=in_process)
+            _run_one(cells, index, out, spec, failures, progress, warm, in_process=in_process)
             if warm is not None and _last_of_server(cells, index):
                 warm.stop(cell.server.label)  # no later round needs it: free its memory and cores
             if round_ends(cells, index) and auto_stop(out, spec, cell.repeat):
@@ -308,6 +309,7 @@ def _run_one(
     cells: list[Cell],
     index: int,
     out: Path,
+    spec: CampaignSpec,
     failures: list[str],
     progress: CampaignProgress,
     warm: WarmServers | None = None,
@@ -329,12 +331,13 @@ def _run_one(
         where = f" (the earlier attempt is kept in {kept.relative_to(out)})" if kept else ""
         line += f": {state.reason}; measuring it again{where}"
     cell_dir.mkdir(parents=True, exist_ok=True)
+    handed = write_cell_spec(out, spec, cell)  # what the kernel (or this process) measures
     progress.start(index, cell.cell_id, line)
     if warm is not None or in_process:
         # A warm server lives in this process, so its cell is measured here, not in a notebook kernel
         # (bench.ipynb opened later shows its runs as for any cell); so is every cell when asked.
         try:
-            run_cell(out, cell.server.label, cell.workload.label, cell.repeat, warm=warm)
+            run_cell(handed, warm=warm)
         except Exception as exc:  # what a kernel would contain: the cell fails, the campaign goes on
             failures.append(cell.cell_id)
             progress.end(cell.cell_id, False, f"{type(exc).__name__}: {str(exc)[:300]}")

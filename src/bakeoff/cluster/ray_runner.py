@@ -47,7 +47,8 @@ import psutil
 
 from bakeoff.campaign import resume
 from bakeoff.campaign.campaign_input import CampaignInput, as_input
-from bakeoff.campaign.cell_run import cell_fingerprint, run_cell
+from bakeoff.campaign.cell_run import run_cell
+from bakeoff.campaign.cell_spec import cell_fingerprint, write_cell_spec
 from bakeoff.campaign.cells import Cell, prepare
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.execute import auto_stop, render_report, rounds
@@ -58,7 +59,7 @@ from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.host.gpus import gpus
 from bakeoff.paths import reports_dir
-from bakeoff.results.layout import AUTO_REPEATS, REHEARSAL_MARKER
+from bakeoff.results.layout import AUTO_REPEATS, CELL_SPEC, REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
 from bakeoff.serving.gpu_pinning import gpu_count
 from bakeoff.serving.process import PID_FILE, reap_leftovers
@@ -126,10 +127,7 @@ class CellJob:
 
     local: str  # the campaign folder (shared store) or the driver's copy
     uri: str | None  # the object store, when there is one
-    cell_id: str
-    server_label: str
-    workload: str
-    repeat: int = 1
+    cell_id: str  # its hand-over is cells/ID/cell_spec.json there (bakeoff.campaign.cell_spec)
     check_quality: bool = True  # false: the campaign's quality set is left out (a tune's probes and repeats)
 
 
@@ -200,7 +198,7 @@ def run_cell_task(job: CellJob) -> dict[str, Any]:
         store.push_file(cell_dir / TRIES, f"cells/{job.cell_id}/{TRIES}")  # a lost node must not lose the log
         outcome = "ok"
         try:
-            run_cell(campaign_dir, job.server_label, job.workload, job.repeat, check_quality=job.check_quality)
+            run_cell(cell_dir / CELL_SPEC, check_quality=job.check_quality)
         except BaseException as exc:
             outcome = type(exc).__name__
             raise
@@ -394,9 +392,10 @@ def _submit(task: Any, cell: Cell, spec: CampaignSpec, results: ResultStore, has
     if prior.state != "new":
         resume.archive_attempt(cell_dir, prior.reason)
     (cell_dir / TRIES).unlink(missing_ok=True)  # a fresh submission: earlier tries are not its retries
+    write_cell_spec(out, spec, cell)  # what the task measures, pushed with the folder
     results.delete(f"cells/{cell.cell_id}")
     results.push(cell_dir, f"cells/{cell.cell_id}")
-    job = CellJob(str(out), results.uri, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat)
+    job = CellJob(str(out), results.uri, cell.cell_id)
     options = cell_options(cell, spec, cluster_has_gpus=has_gpus)
     print(f"{cell.cell_id}: queued on Ray ({_describe(options)})", flush=True)
     return task.options(**options).remote(job)

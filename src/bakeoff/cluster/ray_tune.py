@@ -53,7 +53,7 @@ class RayCellRunner:
     def __call__(self, out: Path, cell: Cell, check_quality: bool) -> dict[str, Any]:
         spec = load_campaign(out / CAMPAIGN_COPY)  # the trial servers added so far
         (out / "cells" / cell.cell_id / TRIES).unlink(missing_ok=True)  # a new submission, not a retry
-        job = CellJob(str(out), None, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat, check_quality)
+        job = CellJob(str(out), None, cell.cell_id, check_quality)
         ref = self.task.options(**cell_options(cell, spec)).remote(job)
         try:
             answer: dict[str, Any] = self.ray.get(ref)
