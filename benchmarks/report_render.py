@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.execute import render_report, run_campaign
 from bakeoff.paths import campaign_file
 
@@ -52,7 +53,7 @@ def main() -> None:
         folder = args.campaign
         if folder is None:
             folder = Path(tmp) / "rehearsal"
-            run_campaign(campaign_file(Path("gpu-vllm-tuned")), out_dir=folder, rehearse=True)
+            run_campaign(load_input(campaign_file(Path("gpu-vllm-tuned")), rehearse=True), out_dir=folder)
         walls, cpus = [], []
         for _ in range(args.runs):
             wall0, cpu0 = time.perf_counter(), cpu_seconds()

@@ -26,12 +26,12 @@ from typing import Any
 import orjson
 import psutil
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign import runner
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
 from bakeoff.observe.telemetry_series import SERIES_FILE, read_series
 from bakeoff.ref.options import MODEL
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan

@@ -23,12 +23,12 @@ from pathlib import Path
 import psutil
 import yaml
 
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import KnobValue, load_backend
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.results.layout import load_cells
 from bakeoff.results.summary import RunSummary
-from bakeoff.serving.backends import KnobValue, load_backend
 from bakeoff.serving.engine_env import interpreter
-from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.process import ServerHandle, free_port, run_local_process
 
 

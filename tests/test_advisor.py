@@ -11,11 +11,11 @@ import yaml
 import why_planted as planted
 from bakeoff.analysis.advisor import Spent, advise, next_step, plan
 from bakeoff.analysis.diagnosis import classify
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.cli.main import main
 from bakeoff.report import explain as report_why
 from bakeoff.report import tables as report
-from bakeoff.serving.backends import load_backend
 
 
 @pytest.fixture

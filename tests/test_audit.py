@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 import prerequisites
+from bakeoff.backends.spec import BackendSpec, load_backend
 from bakeoff.conformance import audit as audit_mod
 from bakeoff.conformance.audit import audit, audit_backend, defaults_table, diff_wheels, load_index, resolve_wheel
 from bakeoff.conformance.wheel_scan import scan_wheel
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import BackendSpec, load_backend
 
 DEFAULTS = Path(__file__).parent / "data" / "framework_defaults.yaml"
 

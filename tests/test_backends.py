@@ -1,4 +1,4 @@
-"""Tests of bakeoff.serving.backends and the backend YAMLs: every knob rendered, every refusal.
+"""Tests of bakeoff.backends.spec and the backend YAMLs: every knob rendered, every refusal.
 
 Every YAML in ``backends/`` is loaded, and every knob it maps is rendered with a
 non-default value and checked where it must land: the flag and its value in argv, the
@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.errors import KnobError, SpecError
-from bakeoff.serving.backends import (
+from bakeoff.backends.knobs import check_knob, model_file_choice, parse_knob_args
+from bakeoff.backends.launch_render import baked_knobs, change_cost, render_engine_build, render_launch
+from bakeoff.backends.spec import (
     BACKENDS_DIR,
     DRAFT_MOUNT,
     KNOB_VOCABULARY,
@@ -30,9 +31,8 @@ from bakeoff.serving.backends import (
     list_backends,
     load_backend,
 )
+from bakeoff.errors import KnobError, SpecError
 from bakeoff.serving.containers import render_container_launch
-from bakeoff.serving.knobs import check_knob, model_file_choice, parse_knob_args
-from bakeoff.serving.launch_render import baked_knobs, change_cost, render_engine_build, render_launch
 from bakeoff.serving.show_launch import describe_launch
 
 REPO = BACKENDS_DIR.parent

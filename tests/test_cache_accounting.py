@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.runner import RunTarget, execute_plan, prefix_cache_block
 from bakeoff.measure.client import ClientSettings
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import RUN_INFO, read_json
 from bakeoff.results.summary import RunSummary
-from bakeoff.serving.backends import load_backend
 from bakeoff.workloads.kinds import MultiTurn
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan, designed_reuse, reusable_share
 from fake_sglang import FakeState, serve_fake

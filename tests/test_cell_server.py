@@ -9,17 +9,20 @@ from typing import Any
 
 import pytest
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign import cell_run as campaign
 from bakeoff.campaign import cells as campaign_cells
+from bakeoff.campaign.cell_spec import cell_fingerprint, read_cell_spec, write_cell_spec
 from bakeoff.campaign.cold_cache import CellServer, needs_cold_cache, prompt_keys
-from bakeoff.campaign.specs import CampaignSpec
-from bakeoff.errors import LaunchError
+from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.errors import LaunchError, SpecError
+from bakeoff.measure.slo import resolve_slo
+from bakeoff.models.model_source import resolve_model
 from bakeoff.notebook import guards as notebook_params
 from bakeoff.results.store import CELL_INFO, read_json, read_summary
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plan_store import save_plans
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan
@@ -106,23 +109,51 @@ def test_run_plans_restarts_between_runs_and_records_it(tmp_path: Path, monkeypa
     assert all(summaries[p].requests.ok == 3 for p in summaries)
 
 
-def write_campaign(folder: Path) -> None:
-    """A prepared campaign folder: one llama.cpp server, plans c1 and a replay of c1."""
+def write_campaign(folder: Path) -> Path:
+    """A prepared campaign folder: one llama.cpp server, plans c1 and a replay of c1; the cell's hand-over."""
     (folder / notebook_params.CAMPAIGN_COPY).write_text(
         "name: t\nmodel: {preset: tiny}\nmeasure_warm_restart: true\nrepeats: 1\n"
         "servers: [{backend: llamacpp, label: l}]\n"
         "workloads: [{kind: concurrency, name: sweep, levels: [1], input_len: 4, output_len: 2}]\n"
     )
     save_plans([closed("c1", "alpha"), closed("replay", "alpha")], folder / "plans" / "sweep")
+    spec = load_campaign(folder / notebook_params.CAMPAIGN_COPY)
+    [cell] = campaign_cells.expand(spec, resolve_model(spec.model).local_dir)
+    return write_cell_spec(folder, spec, cell)
+
+
+def test_the_cell_hand_over_is_typed_holds_no_key_and_is_all_a_cell_run_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
+) -> None:
+    handed = write_campaign(tmp_path)
+    spec = load_campaign(tmp_path / notebook_params.CAMPAIGN_COPY)
+    keyed = spec.servers[0].model_copy(update={"api_key_env": "PLANTED_KEY"})
+    monkeypatch.setenv("PLANTED_KEY", "sk-planted-secret")
+    spec = spec.model_copy(update={"servers": [keyed]})
+    [cell] = campaign_cells.expand(spec, resolve_model(spec.model).local_dir)
+    assert cell.headers["Authorization"] == "Bearer sk-planted-secret"
+    handed = write_cell_spec(tmp_path, spec, cell)
+    assert "sk-planted-secret" not in handed.read_text()  # headers are made again, never written
+    read = read_cell_spec(handed)
+    assert read.cell() == cell and read.campaign == spec and read.slo == resolve_slo(spec.slo)
+    assert read.fingerprint == cell_fingerprint(cell, tmp_path)
+    assert tmp_path / read.plans == tmp_path / "plans" / "sweep"
+    # The measuring side reads the hand-over alone: no campaign copy to reload and expand.
+    (tmp_path / notebook_params.CAMPAIGN_COPY).unlink()
+    monkeypatch.setattr(campaign, "start_server", Starts(tmp_path))
+    assert set(campaign.run_cell(handed)) == {"c1", "replay"}
+    assert read_json(tmp_path / "cells" / "l__sweep" / CELL_INFO)["fingerprint"] == read.fingerprint
+    with pytest.raises(SpecError, match="bakeoff campaign run"):
+        read_cell_spec(tmp_path / "cells" / "nothing" / "cell_spec.json")
 
 
 def test_run_cell_times_restarts_into_effort_and_retries_a_failed_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
 ) -> None:
-    write_campaign(tmp_path)
+    handed = write_campaign(tmp_path)
     starts = Starts(tmp_path, fail_on=2)  # the restart before "replay" fails once
     monkeypatch.setattr(campaign, "start_server", starts)
-    summaries = campaign.run_cell(tmp_path, "l", "sweep")
+    summaries = campaign.run_cell(handed)
     # Start 1 ran c1; its restart failed (a failed start, retried); start 3 is fresh, so
     # "replay" ran there without another restart, and c1 was not run again. Start 4 times
     # the warm restart, since no cache restart did.
@@ -138,10 +169,10 @@ def test_run_cell_times_restarts_into_effort_and_retries_a_failed_one(
 def test_run_cell_reuses_a_cache_restart_as_the_warm_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
 ) -> None:
-    write_campaign(tmp_path)
+    handed = write_campaign(tmp_path)
     starts = Starts(tmp_path)
     monkeypatch.setattr(campaign, "start_server", starts)
-    summaries = campaign.run_cell(tmp_path, "l", "sweep")
+    summaries = campaign.run_cell(handed)
     assert starts.count == 2 and summaries["replay"].cache_reset.ok is True
     effort = read_summary(tmp_path / "cells" / "l__sweep" / "runs" / "replay" / "summary.json").effort
     assert effort is not None and [r.before_run for r in effort.cache_restarts] == ["replay"]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bakeoff.campaign import execute
+from bakeoff.campaign.cell_spec import read_cell_spec
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.results.layout import load_cells
 
@@ -46,10 +47,10 @@ def test_in_process_cells_measure_without_a_kernel_and_a_raising_cell_fails_alon
     )
     real = execute.run_cell
 
-    def run_cell(campaign_dir: Path, server: str, workload: str, repeat: int = 1, **kw: Any) -> dict[str, Any]:
-        if server == "b":
+    def run_cell(cell_spec: Path, **kw: Any) -> dict[str, Any]:
+        if read_cell_spec(cell_spec).server.label == "b":
             raise RuntimeError("planted: b's measuring code raised")
-        return real(campaign_dir, server, workload, repeat, **kw)
+        return real(cell_spec, **kw)
 
     monkeypatch.setattr(execute, "run_cell", run_cell)
     report = run_campaign(path, out_dir=tmp_path / "out", cell_notebooks=False)

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 import prerequisites
+from bakeoff.backends.spec import BACKENDS_DIR, BackendSpec, load_backend
 from bakeoff.errors import LaunchError, RuntimeMissingError
-from bakeoff.serving.backends import BACKENDS_DIR, BackendSpec, load_backend
 from bakeoff.serving.container_runtime import find_runtime, runtime_command
 from bakeoff.serving.containers import (
     CONTAINER_FILE,
@@ -418,7 +418,7 @@ _KILLED_BAKEOFF = """\
 import sys
 from pathlib import Path
 
-from bakeoff.serving.backends import BackendSpec
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.serving.containers import render_container_launch, run_container
 
 spec = BackendSpec.model_validate_json(sys.argv[1])

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.cells import expand
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.campaign.tune import host_only
 from bakeoff.errors import SpecError
-from bakeoff.serving import cpu_checks
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
+from bakeoff.host import cpu_checks
+from bakeoff.host.cpu_checks import check_cpu_needs, host_cpu_flags
 
 # Trimmed /proc/cpuinfo of this project's 2-core AMD EPYC (AVX2, no AVX-512) and of a Sapphire Rapids host.
 AVX2 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2 sha_ni\n\nprocessor\t: 1\n"

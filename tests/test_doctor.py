@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.doctor_run import doctor_servers, run_doctor
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.cli.main import main
@@ -23,7 +24,6 @@ from bakeoff.doctor.diagnose import DoctorServer, diagnose
 from bakeoff.doctor.host import HostOutputs, parse_gpu_query, read_recorded
 from bakeoff.doctor.model_checks import model_context
 from bakeoff.doctor.problems import Problem, errors
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.containers import container_run_args, render_container_launch
 from bakeoff.serving.runtime_facts import parse_podman_info
 

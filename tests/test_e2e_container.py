@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 import prerequisites
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.report.tables import effort_table, results_frame
 from bakeoff.results.store import read_summary
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import leftover_containers
 from browser import open_in_chromium

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 import prerequisites
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.quality import ask, check, load_prompt_set, planned
 from bakeoff.measure.client import ClientSettings
 from bakeoff.models.model_source import ModelSource
 from bakeoff.models.presets import preset_is_ready
 from bakeoff.observe.telemetry import scrape, speculative_from_counters
 from bakeoff.paths import models_dir
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.launchers import LaunchContext, start_server
-from bakeoff.serving.server_config import ServerConfig
 
 pytestmark = pytest.mark.e2e
 

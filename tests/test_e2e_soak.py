@@ -18,17 +18,17 @@ import pytest
 import prerequisites
 from bakeoff.analysis.drift import Verdict
 from bakeoff.analysis.soak import P99_TPOT, P99_TTFT, UNACCOUNTED, SoakResult, soak_result
+from bakeoff.backends.launch_render import RenderedLaunch, render_launch
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, load_backend
 from bakeoff.campaign import soak
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
 from bakeoff.models.model_source import ModelSource
 from bakeoff.paths import models_dir
 from bakeoff.results.memory import MEMORY_FILE, MemoryAccount, read_memory
-from bakeoff.serving.backends import BackendSpec, load_backend
-from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.launchers import LaunchContext, start_server
 from bakeoff.serving.process import ServerHandle
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import Soak
 from bakeoff.workloads.plans import PlanBuilder
 from bakeoff.workloads.prompts import PromptFactory, load_tokenizer

@@ -19,13 +19,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign import perplexity
 from bakeoff.campaign.quality import load_prompt_set
 from bakeoff.measure import control
 from bakeoff.measure.client import ClientSettings
 from bakeoff.results.store import read_summary
 from bakeoff.results.summary import Requests
-from bakeoff.serving.backends import load_backend
 from engines import EngineSet
 from perplexity_reference import torch_perplexity
 

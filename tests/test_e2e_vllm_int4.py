@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.knobs import effective_dtypes
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign import perplexity
 from bakeoff.campaign.quality import ask, check, load_prompt_set, planned
 from bakeoff.measure.client import ClientSettings
@@ -27,10 +30,7 @@ from bakeoff.models.model_source import ModelSource
 from bakeoff.models.presets import preset_is_ready
 from bakeoff.models.quantized import find_quant_python
 from bakeoff.paths import models_dir
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.knobs import effective_dtypes
 from bakeoff.serving.launchers import LaunchContext, start_server
-from bakeoff.serving.server_config import ServerConfig
 from perplexity_reference import torch_perplexity
 
 pytestmark = pytest.mark.e2e

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
 from bakeoff.measure.metrics import energy_cost_per_million_tokens
@@ -22,7 +23,6 @@ from bakeoff.observe import energy as energy_module
 from bakeoff.observe.energy import EnergyMeter, energy_meter, nvml_counters, rapl_counters
 from bakeoff.report.tables import energy_table
 from bakeoff.results import metric_table
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 from plan_workloads import CLOSED

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.spec import BACKENDS_DIR, KnobValue, load_backend
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.serving.backends import BACKENDS_DIR, KnobValue, load_backend
 from bakeoff.serving.engine_build import (
     EngineBuild,
     build_engine,

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from bakeoff.backends.spec import list_backends, load_backend
 from bakeoff.campaign.cells import validate_campaign
 from bakeoff.campaign.gpu_host import gpu_host_steps
 from bakeoff.campaign.progress import CampaignProgress, CellEstimate, cell_result, estimate_cell
@@ -36,7 +37,6 @@ from bakeoff.report.tables import effort_notes, setup_table, start_note, styled
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import write_summary
 from bakeoff.results.summary import Provenance
-from bakeoff.serving.backends import list_backends, load_backend
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.launchers import rehearsed_container_command
 from bakeoff.serving.reference import serve_reference

@@ -1,4 +1,4 @@
-"""Tests of bakeoff.serving.gpu_checks and the GPU campaigns: CUDA tags, KV dtypes, draft models, defaults.
+"""Tests of bakeoff.host.gpu_checks and the GPU campaigns: CUDA tags, KV dtypes, draft models, defaults.
 
 Sample ``nvidia-smi`` outputs stand in for a driver, temporary folders with a fake
 ``hf_quant_config.json`` for ModelOpt checkpoints, and a pinned table generated from the
@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
+from bakeoff.backends.launch_render import render_engine_build, render_launch
+from bakeoff.backends.spec import BACKENDS_DIR, load_backend
 from bakeoff.campaign.cells import expand
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.serving.backends import BACKENDS_DIR, load_backend
-from bakeoff.serving.gpu_checks import (
+from bakeoff.host.gpu_checks import (
     check_cuda_compat,
     checkpoint_kv_dtype,
     parse_cuda_version,
 )
-from bakeoff.serving.gpus import query_nvidia_smi
-from bakeoff.serving.launch_render import render_engine_build, render_launch
+from bakeoff.host.gpus import query_nvidia_smi
 
 REPO = BACKENDS_DIR.parent
 DEFAULTS = Path(__file__).parent / "data" / "framework_defaults.yaml"

@@ -11,11 +11,11 @@ import types
 
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.errors import SpecError
+from bakeoff.host.gpus import nvml_probe
 from bakeoff.observe.energy import energy_meter
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.gpu_pinning import assign_gpus, gpu_count
-from bakeoff.serving.gpus import nvml_probe
 
 
 class FakeNvmlError(Exception):

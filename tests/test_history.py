@@ -19,14 +19,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.campaign.recurring import Job
 from bakeoff.cli.main import main
 from bakeoff.errors import SpecError
 from bakeoff.history import archive
 from bakeoff.history import index as history
+from bakeoff.host.gpus import gpus
 from bakeoff.observe import origin
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.gpus import gpus
 from history_planted import T0, campaign_folder, repeats
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from bakeoff.backends.kv_pool import KvPool, apply_kv_pool, kv_pool_settings, kv_pool_value
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.cells import expand
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.errors import KnobError
 from bakeoff.report.setup import kv_pool_table
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.kv_pool import KvPool, apply_kv_pool, kv_pool_settings, kv_pool_value
-from bakeoff.serving.launch_render import render_launch
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_AGENTIC = REPO / "campaigns" / "gpu-agentic.yaml"

@@ -21,14 +21,14 @@ import pytest
 from tokenizers import Tokenizer
 
 import prerequisites
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.models.gguf import (
     convert_to_gguf,
     gguf_is_fresh,
     llama_server_path,
     pre_tokenizer_from_config,
 )
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.process import free_port, run_local_process
 
 SERVER = llama_server_path()

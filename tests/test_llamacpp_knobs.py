@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.knobs import model_file_choice
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.errors import KnobError, LaunchError
 from bakeoff.models import gguf
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.knobs import model_file_choice
-from bakeoff.serving.launch_render import render_launch
 
 STAND_IN = """#!/bin/sh
 echo "$@" >> "$(dirname "$0")/calls.log"
@@ -135,7 +135,7 @@ def test_vllm_cpu_quantization_is_a_checkpoint_not_a_flag() -> None:
 
 
 def test_effective_dtypes_name_what_each_server_stores() -> None:
-    from bakeoff.serving.knobs import effective_dtypes
+    from bakeoff.backends.knobs import effective_dtypes
 
     llamacpp, vllm_cpu = load_backend("llamacpp"), load_backend("vllm-cpu")
     types = {"Q4_0": 14, "F32": 5, "Q6_K": 1}

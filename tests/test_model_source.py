@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.models.model_source import (
     CONTAINER_HF_HOME,
@@ -18,7 +19,6 @@ from bakeoff.models.model_source import (
     hf_hub_cache,
     resolve_model,
 )
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.containers import container_run_args, render_container_launch
 
 HF_ID = "meta-llama/Llama-3.1-8B-Instruct"

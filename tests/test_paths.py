@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from bakeoff import paths
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import BACKENDS_DIR, list_backends, load_backend
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.notebook.guards import bench_ready
 from bakeoff.notebook.kernelrun import kernel_environment
 from bakeoff.observe.origin import versions
 from bakeoff.serving import engine_env
-from bakeoff.serving.backends import BACKENDS_DIR, list_backends, load_backend
 from bakeoff.serving.engine_env import (
     ENGINE_PYTHON_ENV,
     engine_python,
@@ -25,7 +26,6 @@ from bakeoff.serving.engine_env import (
     find_engine_python,
     interpreter,
 )
-from bakeoff.serving.launch_render import render_launch
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,14 +14,15 @@ import pytest
 import yaml
 
 import prerequisites
-from bakeoff.campaign.cells import expand
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
+from bakeoff.campaign.campaign_input import load_input
+from bakeoff.campaign.cells import expand, rehearsal_cells
 from bakeoff.campaign.preflight_cells import preflight_campaign, preflight_cells, refuse_on_failure
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.conformance.preflight import PreflightResult, framework_message, parser_args, preflight_command
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.containers import render_container_launch
-from bakeoff.serving.launch_render import render_launch
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "localhost/bakeoff/vllm-cpu:0.32.0"
@@ -83,14 +84,14 @@ def test_a_rehearsal_stands_in_for_the_gpu_images_with_the_wheels_flags(
     prerequisites.wheel("vllm==0.33.0")
     prerequisites.wheel("sglang==0.5.23")
     path = REPO / "campaigns" / "gpu-7b-three-frameworks.yaml"
-    results = {r.label: r for r in preflight_campaign(path, rehearse=True)}
+    results = {r.label: r for r in preflight_campaign(load_input(path, rehearse=True))}
     statuses = {r.backend: r.status for r in results.values()}
     assert statuses == {"vllm": "ok", "sglang": "ok", "trtllm": "skipped"}
     assert all(r.command and "--network" in r.command for r in results.values())  # recorded as on a GPU host
 
     monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(_planted(tmp_path, "vllm", "--planted-bad-flag", '  - "8000"')))
-    cells = expand(load_campaign(path), None, rehearse=True)
-    [vllm] = [r for r in preflight_cells(cells, rehearse=True) if r.backend == "vllm"]
+    cells = rehearsal_cells(expand(load_campaign(path), None))
+    [vllm] = [r for r in preflight_cells(cells) if r.backend == "vllm"]
     assert vllm.status == "refused" and "--planted-bad-flag" in vllm.detail
 
 

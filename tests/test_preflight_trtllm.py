@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.preflight_cells import refuse_on_failure
 from bakeoff.conformance.preflight import preflight_command, run_preflight
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import render_launch
 
 SERVE = """
 import click

@@ -16,9 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.errors import LaunchError
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import PID_FILE, free_port, run_local_process
 
 

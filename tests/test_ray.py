@@ -28,6 +28,8 @@ import test_tune as planted
 from bakeoff.analysis.verdict import auto_repeats_note, verdicts
 from bakeoff.campaign import cells as campaign_cells
 from bakeoff.campaign import execute as campaign
+from bakeoff.campaign.campaign_input import load_input
+from bakeoff.campaign.cell_spec import write_cell_spec
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cli.main import main
 from bakeoff.cluster.ray_runner import (
@@ -129,8 +131,8 @@ def test_cells_run_in_parallel_on_ray_into_an_object_store_and_match_the_serial_
     # The serial path (what the local campaign's notebook calls) measures the same server: each one
     # against the planted schedule, which load can only delay (the two ran under different loads).
     serial = cluster / "serial"
-    campaign_cells.prepare(path, serial, ["a"])
-    campaign.run_cell(serial, "a", "w")
+    spec, [serial_cell] = campaign_cells.prepare(path, serial, ["a"])
+    campaign.run_cell(write_cell_spec(serial, spec, serial_cell))
     here = read_summary(serial / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
     there = read_summary(store.local / "cells" / "a__w" / "runs" / "c2" / "summary.json").latency
     for where, latency in (("on Ray", there), ("serial", here)):
@@ -153,7 +155,7 @@ def test_a_ray_rehearsal_on_an_8_gpu_host_pins_two_cells_to_different_gpus(clust
         "workloads: [{kind: concurrency, name: w, levels: [1], input_len: 16, output_len: 8}]\n"
     )
     store = ResultStore(cluster / "pinned-out", None)
-    assert run_cells_on_ray(ray, path, store, rehearse=True) == []
+    assert run_cells_on_ray(ray, load_input(path, rehearse=True), store) == []
     pinned = {}
     for cell in ("v__w", "s__w"):
         server = read_json(store.local / "cells" / cell / "cell.json")["effort"]["server"]
@@ -261,7 +263,8 @@ def gpu_cells(
         '"workloads": [{"kind": "concurrency", "levels": [1], "input_len": 8, "output_len": 8}]'
         "}"
     )
-    return spec, campaign_cells.expand(spec, None, rehearse=rehearse)
+    cells = campaign_cells.expand(spec, None)
+    return spec, campaign_cells.rehearsal_cells(cells) if rehearse else cells
 
 
 def test_cell_resources_follow_tensor_parallelism_gpu_type_and_engine_kind(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ import orjson
 import pandas as pd
 import pytest
 
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings, StreamingClient
 from bakeoff.measure.metrics import meets_slo, summarize
@@ -33,8 +35,6 @@ from bakeoff.results.layout import CellResult
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
 from bakeoff.results.store import read_records, write_records
 from bakeoff.results.summary import RunSummary, migrate
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import render_launch
 from bakeoff.serving.launchers import REHEARSAL_REASONING_TOKENS, rehearsal_argv
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestServer
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.measure.client import ClientSettings, StreamingClient
 from bakeoff.observe.telemetry import Snapshot, parse_prometheus, speculative_from_counters
 from bakeoff.ref.cache import PrefixCache
@@ -30,7 +31,6 @@ from bakeoff.ref.profiles import SglangProfile, make_profile
 from bakeoff.ref.server import ReferenceServer
 from bakeoff.ref.wire import WireProfile
 from bakeoff.results.records import RequestRecord
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest
 from polling import apoll_until

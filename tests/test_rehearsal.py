@@ -21,19 +21,22 @@ import pandas as pd
 import pytest
 import yaml
 
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, load_backend
+from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.quality import QUALITY_FILE, load_prompt_set
 from bakeoff.campaign.rehearsal import rehearsal_spec
 from bakeoff.campaign.runner import RunTarget, execute_plan
-from bakeoff.campaign.specs import load_campaign
+from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.errors import SpecError
 from bakeoff.measure.client import ClientSettings
 from bakeoff.models.model_source import ModelSource
 from bakeoff.report.tables import REHEARSAL_SUFFIX, quality_table, speculative_table
 from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
+from bakeoff.results.layout import REHEARSAL_TAG
 from bakeoff.results.store import read_json, read_summary, write_json
-from bakeoff.serving.backends import BackendSpec, load_backend
 from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import BROKEN_EVERY, LOSSY_PROMPT_LOGPROB, PLANTED_FILE, PROMPT_LOGPROB
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
@@ -56,16 +59,16 @@ def test_every_gpu_campaign_is_rehearsable() -> None:
         spec = load_campaign(path)
         for server in spec.servers:
             backend = load_backend(server.backend)
-            assert launcher_kind(backend, server, rehearse=True) == "rehearsal", (path.name, server.label)
+            assert launcher_kind(backend, server.for_rehearsal()) == "rehearsal", (path.name, server.label)
             assert launcher_kind(backend, server) == "container"
 
 
 def test_launcher_kind_keeps_cpu_engines_and_external_servers_real() -> None:
     cpu = load_backend("vllm-cpu")
-    assert launcher_kind(cpu, ServerConfig(backend="vllm-cpu"), rehearse=True) == "process"
+    assert launcher_kind(cpu, ServerConfig(backend="vllm-cpu").for_rehearsal()) == "process"
     gpu = load_backend("vllm")
     external = ServerConfig(backend="vllm", url="http://10.0.0.1:8000")
-    assert launcher_kind(gpu, external, rehearse=True) == "external"
+    assert launcher_kind(gpu, external.for_rehearsal()) == "external"
 
 
 def test_rehearsal_spec_scales_down_but_keeps_the_shape() -> None:
@@ -83,6 +86,29 @@ def test_rehearsal_spec_scales_down_but_keeps_the_shape() -> None:
     assert [s.knobs for s in scaled.servers] == [s.knobs for s in spec.servers]
 
 
+def test_a_rehearsal_is_the_specs_transform_its_servers_carry_into_the_campaign_copy() -> None:
+    path = REPO / "campaigns" / "gpu-7b-three-frameworks.yaml"
+    run, plain = load_input(path, rehearse=True), load_input(path)
+    assert run.rehearsal and run.written == plain.spec == load_campaign(path) and run.tag == REHEARSAL_TAG
+    assert not plain.rehearsal and plain.tag == "" and plain.suffix == "" and run.suffix == "-rehearsal"
+    assert all(s.launcher == "rehearsal" for s in run.spec.servers)
+    # The copy a cell's kernel reloads keeps the launcher; a measured server's record has no such key.
+    copy = CampaignSpec.model_validate(yaml.safe_load(yaml.safe_dump(run.spec.model_dump(mode="json"))))
+    assert all(s.rehearsed for s in copy.servers)
+    assert all("launcher" not in s.model_dump(mode="json") for s in plain.spec.servers)
+
+
+def test_a_campaign_file_that_sets_the_rehearsal_launcher_is_refused(tmp_path: Path) -> None:
+    raw = yaml.safe_load((REPO / "campaigns" / "gpu-7b-three-frameworks.yaml").read_text())
+    raw["servers"][1]["launcher"] = "rehearsal"
+    path = tmp_path / "hand-made.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError, match=r"servers\[1\]\.launcher: set by --rehearse"):
+        load_input(path)
+    with pytest.raises(SpecError, match="never in a campaign file"):
+        load_input(path, rehearse=True)
+
+
 @pytest.fixture(scope="session")
 def rehearsed(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Callable[[str], Path]:
     """Each shipped GPU campaign rehearsed once, when a test first asks; the tests read the folders.
@@ -98,7 +124,7 @@ def rehearsed(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Cal
             # Cells measured in this process: what a rehearsal checks is the GPU path's commands,
             # wire protocol and report, not the notebook kernel (tests/test_packaging.py runs those).
             path = REPO / "campaigns" / f"{stem}.yaml"
-            done[stem] = run_campaign(path, out_dir=out / stem, rehearse=True, cell_notebooks=False).parent
+            done[stem] = run_campaign(load_input(path, rehearse=True), out_dir=out / stem, cell_notebooks=False).parent
         return done[stem]
 
     return folder
@@ -290,12 +316,12 @@ SPECULATIVE = {
 def _rehearse_one(backend_name: str, knobs: dict[str, Any], model: Path, cell_dir: Path) -> None:
     """One server as a rehearsal launches it, one closed-loop level through the runner into ``cell_dir``."""
     backend = load_backend(backend_name)
-    server = ServerConfig(backend=backend_name, label=f"{backend_name}-spec", knobs=knobs)
+    server = ServerConfig(backend=backend_name, label=f"{backend_name}-spec", knobs=knobs).for_rehearsal()
     source = ModelSource(hf_id=None, local_dir=model)
     ctx = LaunchContext(server, backend, source, "llama-7b", cell_dir, draft_dir=model)
     # 25 tokens: the prefill's one, then whole steps (1 + 1 of 2 drafts, or 1 + 2 of 4).
     requests = [PlannedRequest(i, "completions", 25, prompt=f"hello {i} " * 8) for i in range(4)]
-    with start_server(ctx, rehearse=True) as (handle, launch):
+    with start_server(ctx) as (handle, launch):
         info = {"kind": handle.kind, "knobs": launch.knobs, "effective_knobs": launch.effective_knobs}
         extra = dict(backend.request.extra_body)
         settings = ClientSettings(

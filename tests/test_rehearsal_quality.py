@@ -22,6 +22,9 @@ import orjson
 import pytest
 import yaml
 
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import load_backend
+from bakeoff.campaign.campaign_input import load_input
 from bakeoff.campaign.execute import run_campaign
 from bakeoff.campaign.quality import QUALITY_FILE, QualityItem, check, load_prompt_set, run_quality, score
 from bakeoff.campaign.rehearsal import stand_in_answers
@@ -30,9 +33,7 @@ from bakeoff.models.model_source import ModelSource
 from bakeoff.report.tables import REHEARSAL_SUFFIX, quality_table
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.store import read_json
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.launchers import LaunchContext, start_server
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import (
     BROKEN_EVERY,
     CANNED_FILE,
@@ -160,12 +161,12 @@ def _completions(url: str, body: dict[str, Any]) -> dict[str, Any]:
 def _rehearsed_quality(knobs: dict[str, Any], model: Path, run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """One vLLM server as a rehearsal launches it with the default set: its quality result and planted record."""
     backend = load_backend("vllm")
-    server = ServerConfig(backend="vllm", label="vllm", knobs=knobs)
+    server = ServerConfig(backend="vllm", label="vllm", knobs=knobs).for_rehearsal()
     stand_in = StandIn(answers=stand_in_answers(load_prompt_set("default")), checkpoint="/models/llama-7b")
     ctx = LaunchContext(
         server, backend, ModelSource(hf_id=None, local_dir=model), "llama-7b", run_dir, stand_in=stand_in
     )
-    with start_server(ctx, rehearse=True) as (handle, _):
+    with start_server(ctx) as (handle, _):
         settings = ClientSettings(handle.base_url, handle.model, extra_body=dict(backend.request.extra_body))
         result = run_quality(
             settings,
@@ -228,12 +229,15 @@ def test_a_rehearsed_int4_campaign_shows_the_quality_drop_against_an_fp16_baseli
     fp16 = {**raw, "servers": [{**trtllm, "model_path": "/models/llama-7b"}]}
     (tmp_path / "fp16.yaml").write_text(yaml.safe_dump(fp16))
     baseline = run_campaign(
-        tmp_path / "fp16.yaml", out_dir=tmp_path / "fp16", rehearse=True, cell_notebooks=False
+        load_input(tmp_path / "fp16.yaml", rehearse=True), out_dir=tmp_path / "fp16", cell_notebooks=False
     ).parent
     int4 = {**raw, "quality": {**raw["quality"], "baseline": str(baseline)}}
     (tmp_path / "int4.yaml").write_text(yaml.safe_dump(int4))
     folder = run_campaign(
-        tmp_path / "int4.yaml", out_dir=tmp_path / "int4", only=[trtllm["label"]], rehearse=True, cell_notebooks=False
+        load_input(tmp_path / "int4.yaml", rehearse=True),
+        out_dir=tmp_path / "int4",
+        only=[trtllm["label"]],
+        cell_notebooks=False,
     ).parent
 
     items = [i for i in load_prompt_set(raw["quality"]["prompts"]) if i.kind != "perplexity"]

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import yaml
 
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.cells import expand
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import KnobError, SpecError
+from bakeoff.host.gpu_checks import check_model_dtype
 from bakeoff.observe.origin import framework_version
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.gpu_checks import check_model_dtype
-from bakeoff.serving.launch_render import render_launch
 
 
 def _campaign(tmp_path: Path, servers: list[dict[str, Any]]) -> Path:

@@ -170,16 +170,16 @@ def test_a_bad_tag_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> None:
+    from bakeoff.backends.launch_render import RenderedLaunch
+    from bakeoff.backends.server_config import ServerConfig
+    from bakeoff.backends.spec import load_backend
     from bakeoff.campaign.cell_run import _static_effort
     from bakeoff.campaign.cells import Cell
     from bakeoff.campaign.runner import RunTarget, execute_plan
     from bakeoff.measure.client import ClientSettings
     from bakeoff.results.store import RUN_INFO, read_json
-    from bakeoff.serving.backends import load_backend
-    from bakeoff.serving.launch_render import RenderedLaunch
     from bakeoff.serving.process import ServerHandle
     from bakeoff.serving.reference import serve_reference
-    from bakeoff.serving.server_config import ServerConfig
     from bakeoff.workloads.kinds import ConcurrencySweep
     from bakeoff.workloads.plans import PlannedRequest, RunPlan
 
@@ -249,7 +249,7 @@ def test_the_drift_examples_are_what_the_command_prints() -> None:
 
 
 def test_the_drift_job_audits_every_backend_with_a_wheel_against_the_newest_release() -> None:
-    from bakeoff.serving.backends import list_backends, load_backend
+    from bakeoff.backends.spec import list_backends, load_backend
 
     job = drift_job()
     with_wheel = {n for n in list_backends() if (a := load_backend(n).audit) is not None and a.distribution}

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.cli.serve_cmd import bench_line
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.process import ServerHandle
 
 BACKEND = """\

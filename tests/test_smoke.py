@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.campaign.cells import Cell, validate_campaign
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import load_backend
+from bakeoff.campaign.campaign_input import load_input
+from bakeoff.campaign.cells import Cell, rehearsal_cells, validate_campaign
 from bakeoff.campaign.execute import run_campaign, wants_smoke
 from bakeoff.campaign.smoke import (
     classify_metrics,
@@ -22,8 +25,6 @@ from bakeoff.errors import LaunchError
 from bakeoff.report.serving_checks import effective_values_table, smoke_table
 from bakeoff.results.smoke import SmokeResult, SmokeServer, SmokeStep, read_smoke, smoke_rows
 from bakeoff.results.store import write_json
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,9 +82,10 @@ def test_smoke_prompts_share_no_prefix() -> None:
 
 def test_the_smoke_runs_by_default_only_on_a_real_run_of_gpu_servers() -> None:
     gpu = validate_campaign(THREE)
-    assert wants_smoke("auto", gpu, rehearse=False)
-    assert not wants_smoke("auto", gpu, rehearse=True)  # a rehearsal smokes when asked
-    assert wants_smoke("only", gpu, rehearse=True) and not wants_smoke("off", gpu, rehearse=False)
+    rehearsed = rehearsal_cells(gpu)
+    assert wants_smoke("auto", gpu)
+    assert not wants_smoke("auto", rehearsed)  # a rehearsal smokes when asked
+    assert wants_smoke("only", rehearsed) and not wants_smoke("off", gpu)
 
 
 def test_a_server_that_does_not_start_fails_the_smoke_at_start_naming_it(tmp_path: Path) -> None:
@@ -156,7 +158,9 @@ def test_a_rehearsed_smoke_finds_sglangs_hit_counter_after_the_first_hit_and_ver
     tmp_path: Path, tiny_model: Path
 ) -> None:
     # The build-cost campaign's SGLang (an HTTP reset) and TensorRT-LLM engine flow (a restart).
-    found = run_campaign(BUILD_COST, out_dir=tmp_path, only=["sglang", "trtllm-engine"], rehearse=True, smoke="only")
+    found = run_campaign(
+        load_input(BUILD_COST, rehearse=True), out_dir=tmp_path, only=["sglang", "trtllm-engine"], smoke="only"
+    )
     result = read_smoke(found.parent)
     assert result is not None and result.passed and result.rehearsal
     sglang, trtllm = result.servers

@@ -20,11 +20,11 @@ from bakeoff.analysis.advisor import Spent, Step, soak_plan
 from bakeoff.analysis.drift import Trend, trend
 from bakeoff.analysis.soak import P99_TTFT, SoakResult, SoakWindow, judge, soak_result
 from bakeoff.analysis.soak_advice import SoakCell
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
 from bakeoff.observe.memory_account import llamacpp_pool, vllm_pool
 from bakeoff.results.layout import CellResult
-from bakeoff.serving.backends import load_backend
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.kinds import Soak
 from bakeoff.workloads.plans import PlanBuilder

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bakeoff.backends.spec import MetricsSpec, RequestQuirks, load_backend
 from bakeoff.campaign.cells import check_metric_support, expand, validate_campaign
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
 from bakeoff.models.model_source import resolve_model
-from bakeoff.serving.backends import MetricsSpec, RequestQuirks, load_backend
 from bakeoff.workloads.kinds import MultiTurn
 
 REPO = Path(__file__).resolve().parents[1]

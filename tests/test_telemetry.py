@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bakeoff.backends.spec import BACKENDS_DIR, load_backend
 from bakeoff.observe.telemetry import (
     has_prefix_cache_counters,
     logical,
@@ -14,7 +15,6 @@ from bakeoff.observe.telemetry import (
     speculative_from_counters,
     wait_idle,
 )
-from bakeoff.serving.backends import BACKENDS_DIR, load_backend
 from fake_sglang import FakeState, serve_fake
 
 TEXT = """# HELP vllm:prefix_cache_hits Prefix cache hits, in tokens.

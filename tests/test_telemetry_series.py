@@ -12,14 +12,14 @@ import pandas as pd
 import psutil
 import pytest
 
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.runner import RunTarget, execute_plan
+from bakeoff.host.gpus import nvml_probe
 from bakeoff.measure.client import ClientSettings
 from bakeoff.observe.hoststats import ProcessProbe
 from bakeoff.observe.telemetry import parse_prometheus
 from bakeoff.observe.telemetry_series import SERIES_FILE, Sampler, ServerProbe, read_series, with_rates, write_series
 from bakeoff.results.store import read_json
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.gpus import nvml_probe
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 from plan_workloads import CLOSED

@@ -26,7 +26,12 @@ import pytest
 import yaml
 
 from bakeoff.analysis.tune_compare import NO_SLO_MET, compare_goodput
+from bakeoff.backends.knobs import broken_constraints
+from bakeoff.backends.spec import load_backend
+from bakeoff.backends.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 from bakeoff.campaign import tune as tuning
+from bakeoff.campaign.campaign_input import load_input
+from bakeoff.campaign.cell_spec import read_cell_spec
 from bakeoff.campaign.cells import prepare
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import STUDY_FILE, Candidate, cross_verdict, pick, resolve_groups, tune_campaign
@@ -37,9 +42,6 @@ from bakeoff.report import tune_report
 from bakeoff.report.tune_report import NOT_JUDGED
 from bakeoff.results.layout import REHEARSAL_BANNER, REHEARSAL_TAG
 from bakeoff.results.store import read_json, read_summary
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.knobs import broken_constraints
-from bakeoff.serving.tune_space import COST_ORDER, TuneSpace, ordered, stage_of
 from polling import poll_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -331,7 +333,13 @@ def test_ctrl_c_mid_trial_keeps_finished_trials_leaves_nothing_and_the_tune_resu
 
     real = tune_folder.run_cell  # the default runner's call, in the module that makes it
     measured: list[tuple[str, int]] = []  # (label, repeat) of each cell run
-    monkeypatch.setattr(tune_folder, "run_cell", lambda *a, **k: (measured.append((a[1], a[3])), real(*a, **k))[1])
+
+    def spied(handed: Path, **k: Any) -> object:
+        cell = read_cell_spec(handed)
+        measured.append((cell.server.label, cell.repeat))
+        return real(handed, **k)
+
+    monkeypatch.setattr(tune_folder, "run_cell", spied)
     tune_campaign(path, out_dir=out)
     # Nothing finished was measured again: its cell.json is the same file, its (label, repeat) not run.
     assert {n: (out / "cells" / n / "cell.json").stat().st_mtime_ns for n in kept} == kept
@@ -417,7 +425,7 @@ def test_a_rehearsed_gpu_tune_runs_end_to_end_tagged_and_claims_nothing(
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(raw))
     out = tmp_path / "out"
-    report = tune_campaign(path, out_dir=out, rehearse=True)
+    report = tune_campaign(load_input(path, rehearse=True), out_dir=out)
     result = read_json(out / "tune.json")
     assert result["rehearsal"]["source_campaign"] == str(path) and "bakeoff tune" in result["rehearsal"]["gpu_host"]
     assert read_json(out / "rehearsal.json")["command"] == "tune"

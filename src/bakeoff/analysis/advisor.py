@@ -19,7 +19,7 @@ scheduling-bound ones a higher cap, a larger token budget, chunked prefill; comp
 smaller weights, then more GPUs or cores; bandwidth-bound ones a cap that binds, smaller
 weights, more GPUs, speculation; overhead-bound ones a cap that binds, idle cores, speculation.
 The first change that the backend has, that its spec accepts
-(:func:`bakeoff.serving.knobs.check_knob`) and that differs from the value measured is the step;
+(:func:`bakeoff.backends.knobs.check_knob`) and that differs from the value measured is the step;
 where none is left, :class:`Spent` says why, stage by stage. Each advice must follow from the
 series it cites (:class:`bakeoff.analysis.diagnosis.Signals`):
 
@@ -49,13 +49,13 @@ import yaml
 from bakeoff.analysis.diagnosis import Bound, Diagnosis, diagnose_cells
 from bakeoff.analysis.roofline import efficiencies
 from bakeoff.analysis.soak_advice import SoakCell, memory_cap, soak_cells
+from bakeoff.backends.knobs import check_knob
+from bakeoff.backends.spec import BackendSpec, KnobValue, load_backend
+from bakeoff.backends.tune_space import COST_ORDER as COST_ORDER  # the one cost order, shared with tune
 from bakeoff.errors import BakeoffError, SpecError
+from bakeoff.host.cpu_checks import host_cpu_flags, refusal
 from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, read_json
-from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
-from bakeoff.serving.cpu_checks import host_cpu_flags, refusal
-from bakeoff.serving.knobs import check_knob
-from bakeoff.serving.tune_space import COST_ORDER as COST_ORDER  # the one cost order, shared with tune
 
 
 @dataclass

@@ -42,10 +42,10 @@ from typing import Any, Literal
 import numpy as np
 
 from bakeoff.errors import SpecError
+from bakeoff.host.gpus import gpu_names as nvml_names
 from bakeoff.paths import models_dir, user_cache_dir
 from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, atomic_write_bytes, read_json_or_empty
-from bakeoff.serving.gpus import gpu_names as nvml_names
 
 ENV = "BAKEOFF_MEMORY_BANDWIDTH_GBS"
 CACHE_FILE = "memory_bandwidth.json"

@@ -1,6 +1,7 @@
 """One cell measured: its server started, its plans run, its effort and record written.
 
-:func:`run_cell` is what ``bench.ipynb`` calls (through :mod:`bakeoff.campaign.execute`, which
+:func:`run_cell` takes the cell's hand-over (``cell_spec.json``, :mod:`bakeoff.campaign.cell_spec`)
+and is what ``bench.ipynb`` calls (through :mod:`bakeoff.campaign.execute`, which
 drives the campaign's cells in order), what a Ray task runs (:mod:`bakeoff.cluster.ray_runner`)
 and what a tune trial runs (:mod:`bakeoff.campaign.tune`): the cell's server is started with the
 launcher its kind needs, each plan of its workload is run against it (a sweep's levels with their
@@ -17,25 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.analysis import saturation, verdict
+from bakeoff.backends.knobs import effective_dtypes
+from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.campaign import quality, resume, soak
-from bakeoff.campaign.cells import Cell, expand, plans_dir
+from bakeoff.campaign.cell_spec import read_cell_spec
+from bakeoff.campaign.cells import Cell
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.rehearsal import stand_in_for
 from bakeoff.campaign.runner import RunTarget, execute_plan
-from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.campaign.warm import WarmServers
-from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.errors import LaunchError, ServerDiedError
 from bakeoff.measure.client import ClientSettings, TokenCounter
 from bakeoff.measure.metrics import cost_per_million_tokens, energy_cost_per_million_tokens
 from bakeoff.measure.slo import resolve_slo, search_max_rate
 from bakeoff.models.model_source import ModelSource, resolve_model
-from bakeoff.observe.origin import versions
 from bakeoff.results.cell_record import write_cell_record
-from bakeoff.results.layout import (
-    CAMPAIGN_COPY,
-    PREFLIGHT_FILE,
-    is_rehearsal,
-)
+from bakeoff.results.layout import PREFLIGHT_FILE
 from bakeoff.results.store import (
     CELL_INFO,
     SUMMARY,
@@ -46,8 +45,6 @@ from bakeoff.results.store import (
 from bakeoff.results.summary import Cost, Effort, RunSummary
 from bakeoff.serving import launchers
 from bakeoff.serving.death_watch import watch_for
-from bakeoff.serving.knobs import effective_dtypes
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import LaunchContext
 from bakeoff.serving.process import ServerHandle
 from bakeoff.serving.trtllm_log import read_pytorch_build
@@ -67,42 +64,33 @@ def start_server(
     ctx = LaunchContext(
         cell.server, cell.backend, source, served_name, run_dir, cell.headers, cell.draft_dir, stand_in=cell.stand_in
     )
-    return launchers.start_server(ctx, rehearse=cell.rehearse)
-
-
-def cell_fingerprint(cell: Cell, campaign_dir: Path, *, warm: bool = False) -> dict[str, Any]:
-    """What a finished cell's measurement depends on (:func:`bakeoff.campaign.resume.fingerprint`)."""
-    return resume.fingerprint(
-        plans_dir(campaign_dir, cell.workload.label, cell.repeat, warm=warm),
-        cell.server.model_dump(mode="json"),
-        cell.backend.model_dump(mode="json"),
-        versions(cell.backend),
-    )
+    return launchers.start_server(ctx)
 
 
 def run_cell(
-    campaign_dir: Path,
-    server_label: str,
-    workload_name: str,
-    repeat: int = 1,
+    cell_spec: Path,
     *,
     check_quality: bool = True,
     warm: WarmServers | None = None,
 ) -> dict[str, Any]:
     """Launch one server, run one workload's plans, save runs and the cell's effort record.
 
-    ``repeat``: which repeat of the pair to measure (its own cell folder; see :func:`order_repeats`).
+    ``cell_spec``: the cell's hand-over, ``CAMPAIGN/cells/ID/cell_spec.json``
+    (:func:`bakeoff.campaign.cell_spec.write_cell_spec`), which holds everything it measures.
     ``check_quality``: false skips the campaign's quality set (a tune's probe runs and repeats).
     ``warm``: the campaign's warm servers (``warm_repeats``): the server is started there the first
     time and kept up for the later rounds, instead of started and stopped here.
     """
-    spec = load_campaign(campaign_dir / CAMPAIGN_COPY)
+    handed = read_cell_spec(cell_spec)
+    campaign_dir = cell_spec.parent.parent.parent  # CAMPAIGN/cells/ID/cell_spec.json
+    spec = handed.campaign
     source = resolve_model(spec.model)
-    cell = _find_cell(spec, source, campaign_dir, server_label, workload_name, repeat)
-    if cell.rehearse:  # the stand-in answers the quality set, and knows the checkpoint it stands in for
+    # A rehearsal's servers are on the rehearsal launcher: the cell starts its stand-in.
+    cell = handed.cell()
+    if cell.rehearsed:  # the stand-in answers the quality set, and knows the checkpoint it stands in for
         cell = dataclasses.replace(cell, stand_in=stand_in_for(spec, campaign_dir, cell.server))
     cell_dir = campaign_dir / "cells" / cell.cell_id
-    plans = load_plans(plans_dir(campaign_dir, workload_name, repeat, warm=spec.warm_repeats))
+    plans = load_plans(campaign_dir / handed.plans)
     tokenizer = load_tokenizer(source.tokenizer_dir())
     restarts: list[dict[str, Any]] = []  # restarts that emptied the prefix cache (cache_reset: restart)
     effort: dict[str, Any] = {"failed_start_attempts": [], "cache_restarts": restarts}
@@ -133,7 +121,7 @@ def run_cell(
                     raise
         _restart_effort(spec, cell, source, cell_dir, effort, restarts)
         info["status"] = "ok"
-        info["fingerprint"] = cell_fingerprint(cell, campaign_dir, warm=spec.warm_repeats)
+        info["fingerprint"] = handed.fingerprint
         info["finished_at"] = resume.now_iso()
     except (LaunchError, ServerDiedError) as exc:
         info["status"] = "failed"
@@ -149,16 +137,6 @@ def run_cell(
         write_cell_record(cell_dir / CELL_INFO, info)
         _attach(cell_dir, effort, cell.server.cost_per_hour_usd, spec.energy_usd_per_kwh)
     return summaries
-
-
-def _find_cell(
-    spec: CampaignSpec, source: ModelSource, campaign_dir: Path, server_label: str, workload_name: str, repeat: int
-) -> Cell:
-    """The campaign's cell of this server, workload and repeat."""
-    for c in expand(spec, source.local_dir, rehearse=is_rehearsal(campaign_dir)):
-        if c.server.label == server_label and c.workload.label == workload_name and c.repeat == repeat:
-            return c
-    raise SpecError(f"no cell {server_label} x {workload_name} (repeat {repeat}) in {campaign_dir / CAMPAIGN_COPY}")
 
 
 def _started_info(cell: Cell, cell_dir: Path) -> dict[str, Any]:

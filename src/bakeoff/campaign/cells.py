@@ -18,10 +18,25 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.backends.knobs import apply_pins
+from bakeoff.backends.kv_pool import apply_kv_pool
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, KnobValue, load_backend
 from bakeoff.campaign import quality
-from bakeoff.campaign.rehearsal import rehearsal_spec, write_marker
+from bakeoff.campaign.campaign_input import CampaignInput, as_input
+from bakeoff.campaign.rehearsal import write_marker
 from bakeoff.campaign.specs import CampaignSpec, campaign_copy, load_campaign
 from bakeoff.errors import KnobError, SpecError
+from bakeoff.host.cpu_checks import check_cpu_needs, host_cpu_flags
+from bakeoff.host.gpu_checks import (
+    KvDtype,
+    check_draft_models,
+    check_kv_dtypes,
+    check_model_dtype,
+    effective_kv_dtype,
+)
+from bakeoff.host.gpus import gpu_available
 from bakeoff.measure.auth import request_headers
 from bakeoff.models.model_source import resolve_model
 from bakeoff.models.presets import resolve_model_dir
@@ -29,22 +44,8 @@ from bakeoff.observe.telemetry import has_prefix_cache_counters
 from bakeoff.results.layout import CAMPAIGN_COPY, REHEARSAL_MARKER, cell_folder_name
 from bakeoff.results.store import atomic_write_bytes
 from bakeoff.serving import launchers
-from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
-from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
 from bakeoff.serving.engine_env import engine_python
-from bakeoff.serving.gpu_checks import (
-    KvDtype,
-    check_draft_models,
-    check_kv_dtypes,
-    check_model_dtype,
-    effective_kv_dtype,
-)
-from bakeoff.serving.gpus import gpu_available
 from bakeoff.serving.images import image_with_tag
-from bakeoff.serving.knobs import apply_pins
-from bakeoff.serving.kv_pool import apply_kv_pool
-from bakeoff.serving.launch_render import render_launch
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import StandIn
 from bakeoff.workloads.kinds import MultiTurn, Trace, Workload
 from bakeoff.workloads.plan_store import plan_inputs, plans_match, save_plans
@@ -58,13 +59,17 @@ class Cell:
     server: ServerConfig
     backend: BackendSpec
     workload: Workload
-    rehearse: bool = False  # GPU containers replaced by reference-server stand-ins
     # Authorization (from api_key_env) and extra headers: sent, never written anywhere.
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     draft_dir: Path | None = None  # model.draft_path: mounted at /draft for speculative knobs
     client_processes: int | None = None  # load-generator processes per run; None: decided from the warm-up
     repeat: int = 1  # which repeat of the server x workload pair (1-based); each has its own folder
     stand_in: StandIn | None = None  # a rehearsal's quality answers (bakeoff.campaign.rehearsal.stand_in_for)
+
+    @property
+    def rehearsed(self) -> bool:
+        """A rehearsal's cell (its server on the rehearsal launcher): GPU containers replaced by stand-ins."""
+        return self.server.rehearsed
 
     @property
     def cell_id(self) -> str:
@@ -129,9 +134,7 @@ def with_image_tag(backend: BackendSpec, tag: str | None, where: str) -> Backend
     return backend.model_copy(update={"container": container, "version": version})
 
 
-def expand(
-    spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = None, *, rehearse: bool = False
-) -> list[Cell]:
+def expand(spec: CampaignSpec, model_dir: Path | None, only: list[str] | None = None) -> list[Cell]:
     """Servers x workloads, with every knob, context length and metric need checked."""
     labels = [s.label for s in spec.servers]
     unknown = sorted(set(only or []) - set(labels))
@@ -147,7 +150,7 @@ def expand(
     # Pinned knobs (vLLM's async scheduling where speculative methods are compared) are
     # written into the server's knobs, so the run records and renders them like set ones.
     pinned = apply_pins([(b, dict(s.knobs)) for b, s in zip(backends, spec.servers, strict=True)])
-    # One KV-pool intent becomes each framework's own memory knob (bakeoff.serving.kv_pool), likewise written in.
+    # One KV-pool intent becomes each framework's own memory knob (bakeoff.backends.kv_pool), likewise written in.
     sized = apply_kv_pool(
         spec.kv_pool,
         [
@@ -187,7 +190,7 @@ def expand(
             if only and server.label not in only:
                 continue
             procs = None if spec.client_processes == "auto" else spec.client_processes
-            cells.append(Cell(server, backend, wl, rehearse, headers, spec.model.draft_path, procs))
+            cells.append(Cell(server, backend, wl, headers, spec.model.draft_path, procs))
     if spec.ladder is not None:  # every step's knobs, before the baseline starts
         base = spec.servers[0]
         backend = load_backend(base.backend)
@@ -207,6 +210,11 @@ def expand(
     if spec.quality is not None:
         quality.check_spec(spec.quality)
     return order_repeats(cells, spec.planned_repeats, spec.interleave)
+
+
+def rehearsal_cells(cells: list[Cell]) -> list[Cell]:
+    """The cells with their servers on the rehearsal launcher (a rehearsal's pre-flight of the campaign as written)."""
+    return [replace(c, server=c.server.for_rehearsal()) for c in cells]
 
 
 def validate_campaign(path: Path) -> list[Cell]:
@@ -232,27 +240,26 @@ def validate_campaign(path: Path) -> list[Cell]:
 
 
 def prepare(
-    path: Path, out_dir: Path, only: list[str] | None = None, *, rehearse: bool = False
+    campaign: Path | CampaignInput, out_dir: Path, only: list[str] | None = None
 ) -> tuple[CampaignSpec, list[Cell]]:
     """Validate, copy the campaign and write every workload's plan once, for all backends.
 
     A rehearsal copies the scaled-down campaign it actually runs, beside its marker file.
     """
-    spec = load_campaign(path)
-    if rehearse:
-        original, spec = spec, rehearsal_spec(spec)
+    run = as_input(campaign)
+    spec = run.spec
     source = resolve_model(spec.model)
-    cells = expand(spec, source.local_dir, only, rehearse=rehearse)
+    cells = expand(spec, source.local_dir, only)
     for cell in cells:
         if cell.backend.python == "engine" and launchers.launcher_kind(cell.backend, cell.server) == "process":
             engine_python()  # before any server starts: a missing engine environment names its fix
     out_dir.mkdir(parents=True, exist_ok=True)
-    if rehearse:
+    if run.stood_in is not None:
         text = yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
         atomic_write_bytes(out_dir / CAMPAIGN_COPY, text.encode())
-        write_marker(out_dir, path, original)
+        write_marker(out_dir, run.path, run.stood_in)
     else:
-        atomic_write_bytes(out_dir / CAMPAIGN_COPY, campaign_copy(path, spec))
+        atomic_write_bytes(out_dir / CAMPAIGN_COPY, campaign_copy(run.path, spec))
         (out_dir / REHEARSAL_MARKER).unlink(missing_ok=True)
     limits = [_context_limit(s, source.local_dir, spec.model.context_len) for s in spec.servers]
     builder = PlanBuilder(

@@ -23,9 +23,9 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.observe.telemetry import CacheReset
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
 from bakeoff.workloads.plans import RunPlan
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from bakeoff.backends.knobs import apply_pins
+from bakeoff.backends.launch_render import render_launch
+from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.cells import with_image_tag
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.doctor.diagnose import DoctorServer, diagnose
 from bakeoff.doctor.host import HostOutputs, read_live
 from bakeoff.doctor.problems import Problem, errors
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.knobs import apply_pins
-from bakeoff.serving.launch_render import render_launch
 
 
 def chat_field(spec: CampaignSpec) -> str | None:

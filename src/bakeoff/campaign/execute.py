@@ -19,8 +19,12 @@ from typing import Literal
 import yaml
 
 from bakeoff.analysis import verdict
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.server_config import ServerConfig
 from bakeoff.campaign import resume
-from bakeoff.campaign.cell_run import cell_fingerprint, run_cell, start_server
+from bakeoff.campaign.campaign_input import CampaignInput, as_input
+from bakeoff.campaign.cell_run import run_cell, start_server
+from bakeoff.campaign.cell_spec import cell_fingerprint, write_cell_spec
 from bakeoff.campaign.cells import Cell, prepare
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.ladder import LadderResult, StepOutcome, decide, outcome_of, waterfall_markdown
@@ -28,7 +32,7 @@ from bakeoff.campaign.preflight_cells import preflight_cells, refuse_on_failure
 from bakeoff.campaign.progress import CampaignProgress, cell_estimate, cell_result
 from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.smoke import run_smoke
-from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.campaign.warm import WarmServers
 from bakeoff.conformance.preflight import PreflightResult
 from bakeoff.errors import SmokeFailedError, SpecError
@@ -46,7 +50,6 @@ from bakeoff.results.layout import (
     LADDER_MARKDOWN,
     PREFLIGHT_FILE,
     QUALITY_FILE,
-    REHEARSAL_TAG,
     load_cells,
 )
 from bakeoff.results.smoke import SMOKE_FILE
@@ -56,9 +59,7 @@ from bakeoff.results.store import (
     write_json,
 )
 from bakeoff.serving.containers import reap_containers
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle, reap_leftovers
-from bakeoff.serving.server_config import ServerConfig
 
 
 def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) -> None:
@@ -68,17 +69,18 @@ def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) 
 
 
 def run_campaign(
-    path: Path,
+    campaign: Path | CampaignInput,
     out_dir: Path | None = None,
     only: list[str] | None = None,
     *,
-    rehearse: bool = False,
     fresh: bool = False,
     skip_preflight: bool = False,
     smoke: SmokeMode = "auto",
     cell_notebooks: bool = True,
 ) -> Path:
     """Run every cell through ``bench.ipynb``, then ``compare.ipynb`` into ``report.html``.
+
+    ``campaign``: a campaign file, run as written, or :func:`load_input`'s rehearsal of one.
 
     ``skip_preflight``: start the servers without parsing their launches first (for a launch
     the pre-flight cannot judge); said on the terminal and recorded in ``preflight.json``.
@@ -95,21 +97,21 @@ def run_campaign(
     cell record are written, its ``bench.ipynb`` shows them when opened, and a cell whose
     measuring code raises is failed and the campaign goes on, as with a kernel.
     """
-    loaded = load_campaign(path)
-    name = loaded.name + ("-rehearsal" if rehearse else "")
-    out = (out_dir or reports_dir() / name).resolve()
+    run = as_input(campaign)
+    path, loaded = run.path, run.written
+    out = (out_dir or reports_dir() / (loaded.name + run.suffix)).resolve()
     if fresh:
         resume.start_over(out)
-    if loaded.gpu and not rehearse:  # the host, model and images, in seconds, before any pull (bakeoff doctor)
+    if loaded.gpu and not run.rehearsal:  # the host, model and images, in seconds, before any pull (bakeoff doctor)
         refuse_on_problems(run_doctor(path), path)
     if loaded.ladder is not None:
         if only:
             raise SpecError("--only: a ladder runs its steps in order from the baseline; drop --only")
-        return _run_ladder(path, loaded, out, rehearse=rehearse, in_process=not cell_notebooks)
-    spec, cells = prepare(path, out, only, rehearse=rehearse)
+        return _run_ladder(run, out, in_process=not cell_notebooks)
+    spec, cells = prepare(run, out, only)
     # Each launch parsed by its framework (in its image, or a rehearsal stand-in) before any
     # server starts: a flag the release refuses costs seconds here, not a GPU start-up.
-    checks = [] if skip_preflight else preflight_cells(cells, rehearse=rehearse, automatic=True)
+    checks = [] if skip_preflight else preflight_cells(cells, automatic=True)
     if skip_preflight:
         print("preflight: skipped (--skip-preflight): no launch was parsed before its server starts", file=sys.stderr)
     for check in checks:
@@ -121,15 +123,14 @@ def run_campaign(
     reap_leftovers(out / "cells")
     reap_containers(out / "cells")
     salvage_runs(out / "cells", resolve_slo(spec.slo))
-    if wants_smoke(smoke, cells, rehearse=rehearse):
-        smoked = smoke_campaign(spec, cells, out, rehearse=rehearse)
+    if wants_smoke(smoke, cells):
+        smoked = smoke_campaign(spec, cells, out)
         if smoke == "only":
             return smoked
     failures: list[str] = []
-    tag = REHEARSAL_TAG if rehearse else ""
     measured = calibrate(history_root())  # the history's start-up and decode figures, where it has them
     estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
-    progress = CampaignProgress(estimates, tag=tag)
+    progress = CampaignProgress(estimates, tag=run.tag)
     with kernel_environment():
         try:
             _run_cells(cells, out, failures, progress, spec, in_process=not cell_notebooks)
@@ -155,7 +156,7 @@ def run_campaign(
 SmokeMode = Literal["auto", "only", "off"]
 
 
-def wants_smoke(mode: SmokeMode, cells: list[Cell], *, rehearse: bool) -> bool:
+def wants_smoke(mode: SmokeMode, cells: list[Cell]) -> bool:
     """Whether a campaign run smokes its servers first.
 
     ``auto``: a real run with a GPU server bakeoff launches: there a failed start or a wrong
@@ -164,17 +165,19 @@ def wants_smoke(mode: SmokeMode, cells: list[Cell], *, rehearse: bool) -> bool:
     """
     if mode != "auto":
         return mode == "only"
-    return not rehearse and any(c.backend.accelerator == "gpu" and c.server.url is None for c in cells)
+    if any(c.rehearsed for c in cells):
+        return False
+    return any(c.backend.accelerator == "gpu" and c.server.url is None for c in cells)
 
 
-def smoke_campaign(spec: CampaignSpec, cells: list[Cell], out: Path, *, rehearse: bool) -> Path:
+def smoke_campaign(spec: CampaignSpec, cells: list[Cell], out: Path) -> Path:
     """Smoke-run every server (:mod:`bakeoff.campaign.smoke`); the path of ``smoke.json``, or the failure raised."""
     source = resolve_model(spec.model)
 
     def start(cell: Cell, run_dir: Path) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
         return start_server(cell, source, spec.model.served_name, run_dir)
 
-    result = run_smoke(cells, out, start, rehearse=rehearse)
+    result = run_smoke(cells, out, start)
     if not result.passed:
         raise SmokeFailedError(
             "the smoke run failed, so the campaign did not start: "
@@ -185,12 +188,14 @@ def smoke_campaign(spec: CampaignSpec, cells: list[Cell], out: Path, *, rehearse
     return out / SMOKE_FILE
 
 
-def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool, in_process: bool = False) -> Path:
+def _run_ladder(run: CampaignInput, out: Path, *, in_process: bool = False) -> Path:
     """Measure the baseline, then each ladder step on the last kept knobs (:mod:`bakeoff.campaign.ladder`).
 
     Each step becomes one more server of a plain campaign (``ladder-campaign.yaml``, no ladder
-    section), measured alone, so the cells, the report and resuming work as for any campaign.
+    section), measured alone, so the cells, the report and resuming work as for any campaign
+    (a rehearsal's step campaign rehearsed as the ladder is: :meth:`CampaignInput.derived`).
     """
+    path, spec = run.path, run.written
     assert spec.ladder is not None
     base = spec.servers[0]
     tried: list[ServerConfig] = []
@@ -203,14 +208,13 @@ def _run_ladder(path: Path, spec: CampaignSpec, out: Path, *, rehearse: bool, in
         out.mkdir(parents=True, exist_ok=True)
         text = yaml.safe_dump(plain.model_dump(mode="json", exclude_none=True), sort_keys=False)
         atomic_write_bytes(derived, f"# written by bakeoff from {path.resolve()}: the ladder so far\n{text}".encode())
-        _, cells = prepare(derived, out, [server.label], rehearse=rehearse)
-        refuse_on_failure(preflight_cells(cells, rehearse=rehearse, automatic=True), derived)
+        _, cells = prepare(run.derived(derived), out, [server.label])
+        refuse_on_failure(preflight_cells(cells, automatic=True), derived)
         reap_leftovers(out / "cells")
         salvage_runs(out / "cells", resolve_slo(spec.slo))
-        tag = REHEARSAL_TAG if rehearse else ""
         measured = calibrate(history_root())
         estimates = [cell_estimate(c, spec.measure_warm_restart, measured, warm=spec.warm_repeats) for c in cells]
-        progress = CampaignProgress(estimates, tag=tag)
+        progress = CampaignProgress(estimates, tag=run.tag)
         _run_cells(cells, out, failures, progress, spec, in_process=in_process)
         print(progress.summary(), flush=True)
         done = [c for c in load_cells(out) if c.label == server.label]
@@ -290,7 +294,7 @@ def _run_cells(
             if stopped is not None:
                 progress.skip(index, cell.cell_id, f"repeats: auto stopped after round {stopped}")
                 continue
-            _run_one(cells, index, out, failures, progress, warm, in_process=in_process)
+            _run_one(cells, index, out, spec, failures, progress, warm, in_process=in_process)
             if warm is not None and _last_of_server(cells, index):
                 warm.stop(cell.server.label)  # no later round needs it: free its memory and cores
             if round_ends(cells, index) and auto_stop(out, spec, cell.repeat):
@@ -305,6 +309,7 @@ def _run_one(
     cells: list[Cell],
     index: int,
     out: Path,
+    spec: CampaignSpec,
     failures: list[str],
     progress: CampaignProgress,
     warm: WarmServers | None = None,
@@ -326,12 +331,13 @@ def _run_one(
         where = f" (the earlier attempt is kept in {kept.relative_to(out)})" if kept else ""
         line += f": {state.reason}; measuring it again{where}"
     cell_dir.mkdir(parents=True, exist_ok=True)
+    handed = write_cell_spec(out, spec, cell)  # what the kernel (or this process) measures
     progress.start(index, cell.cell_id, line)
     if warm is not None or in_process:
         # A warm server lives in this process, so its cell is measured here, not in a notebook kernel
         # (bench.ipynb opened later shows its runs as for any cell); so is every cell when asked.
         try:
-            run_cell(out, cell.server.label, cell.workload.label, cell.repeat, warm=warm)
+            run_cell(handed, warm=warm)
         except Exception as exc:  # what a kernel would contain: the cell fails, the campaign goes on
             failures.append(cell.cell_id)
             progress.end(cell.cell_id, False, f"{type(exc).__name__}: {str(exc)[:300]}")

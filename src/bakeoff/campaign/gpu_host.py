@@ -25,14 +25,14 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bakeoff.backends.kv_pool import apply_kv_pool, kv_pool_settings
+from bakeoff.backends.spec import BackendSpec, load_backend
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.models.model_source import HF_SECRET_ENV, ModelSource
 from bakeoff.paths import models_dir
-from bakeoff.serving.backends import BackendSpec, load_backend
 from bakeoff.serving.container_runtime import shell_words, shown_runtime
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.images import image_with_tag
-from bakeoff.serving.kv_pool import apply_kv_pool, kv_pool_settings
 from bakeoff.serving.launchers import rehearsed_container_command
 
 _VARIABLE = re.compile(r"\$\{(\w+)\}")

@@ -34,12 +34,12 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from bakeoff.backends.spec import KnobValue
 from bakeoff.campaign.quality import word_agreement
 from bakeoff.observe.telemetry_series import SERIES_FILE, read_series
 from bakeoff.report.ladder_report import waterfall_markdown as markdown_of
 from bakeoff.results.layout import CellResult
 from bakeoff.schema import Strict
-from bakeoff.serving.backends import KnobValue
 
 
 class LadderStep(Strict):

@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bakeoff.campaign.cells import Cell, validate_campaign
+from bakeoff.backends.launch_render import RenderedLaunch, render_launch
+from bakeoff.campaign.campaign_input import CampaignInput, as_input
+from bakeoff.campaign.cells import Cell, rehearsal_cells, validate_campaign
 from bakeoff.conformance.audit import load_index, wheel_cache
 from bakeoff.conformance.preflight import PreflightResult, preflight_command, run_preflight, stand_in
 from bakeoff.errors import RuntimeMissingError, SpecError
@@ -28,7 +30,6 @@ from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.images import image_fix_hint, inspect_image
-from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.launchers import launcher_kind
 
 SERVED = "bakeoff-preflight"
@@ -53,10 +54,10 @@ def _wheel_flags(cell: Cell) -> set[str] | None:
     return set(load_index(found[0], packages).flags)
 
 
-def check_server(cell: Cell, *, rehearse: bool, automatic: bool) -> PreflightResult:
+def check_server(cell: Cell, *, automatic: bool) -> PreflightResult:
     """One server's pre-flight; ``automatic`` skips what would cost more than seconds (process engines)."""
     label, backend = cell.server.label, cell.backend
-    kind = launcher_kind(backend, cell.server, rehearse=rehearse)
+    kind = launcher_kind(backend, cell.server)
     if kind == "external":
         return PreflightResult(label, backend.name, "skipped", "already running at its url; not launched by bakeoff")
     if backend.preflight is None:
@@ -86,11 +87,11 @@ def check_server(cell: Cell, *, rehearse: bool, automatic: bool) -> PreflightRes
     return run_preflight(label, preflight_command(launch, runtime=None, python=python, model=model), backend)
 
 
-def preflight_cells(cells: list[Cell], *, rehearse: bool = False, automatic: bool = False) -> list[PreflightResult]:
+def preflight_cells(cells: list[Cell], *, automatic: bool = False) -> list[PreflightResult]:
     seen: dict[str, Cell] = {}
     for cell in cells:
         seen.setdefault(cell.server.label, cell)
-    return [check_server(cell, rehearse=rehearse, automatic=automatic) for cell in seen.values()]
+    return [check_server(cell, automatic=automatic) for cell in seen.values()]
 
 
 def refuse_on_failure(results: list[PreflightResult], campaign: Path) -> None:
@@ -101,6 +102,12 @@ def refuse_on_failure(results: list[PreflightResult], campaign: Path) -> None:
         raise SpecError(f"{campaign}: preflight refused {lines}. Fix the knobs or flags named, then run again")
 
 
-def preflight_campaign(path: Path, *, rehearse: bool = False) -> list[PreflightResult]:
-    """``bakeoff campaign preflight``: every check this host can run."""
-    return preflight_cells(validate_campaign(path), rehearse=rehearse)
+def preflight_campaign(campaign: Path | CampaignInput) -> list[PreflightResult]:
+    """``bakeoff campaign preflight``: every check this host can run.
+
+    The cells are the campaign's as written (its own model, its own workloads); in a rehearsal
+    their servers are the rehearsal's, so a GPU server is checked as its stand-in.
+    """
+    run = as_input(campaign)
+    cells = validate_campaign(run.path)
+    return preflight_cells(rehearsal_cells(cells) if run.rehearsal else cells)

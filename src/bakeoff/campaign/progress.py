@@ -185,9 +185,9 @@ def cell_estimate(
     (never for a rehearsal: the stand-in's pace is not the framework's). ``warm``: the campaign's
     warm_repeats, where only round 1 starts a server and no restart is timed.
     """
-    kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
+    kind = launcher_kind(cell.backend, cell.server)
     name = cell.backend.name
-    measured = calibration if calibration is not None and not cell.rehearse else None
+    measured = calibration if calibration is not None and not cell.rehearsed else None
     token_s = measured.token_s.get(name) if measured is not None else None
     start_s = measured.start_s.get(name) if measured is not None else None
     starts = not warm or cell.repeat == 1

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import yaml
 
+from bakeoff.backends.spec import list_backends, load_backend
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.errors import SpecError
 from bakeoff.results.store import atomic_write_bytes
-from bakeoff.serving.backends import list_backends, load_backend
 
 EVERY_FORMS = "Nh (N dividing 24: 1h, 6h, 12h), 1d, or 1w"
 # Where GitHub reads workflows from, leading dot included (copy the folder into your repository as it is).

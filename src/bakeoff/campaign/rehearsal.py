@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bakeoff.backends.server_config import ServerConfig
 from bakeoff.campaign.gpu_host import gpu_host_steps
 from bakeoff.campaign.quality import QualityItem, load_prompt_set, normalize
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.models.model_source import ModelRef
 from bakeoff.results.layout import REHEARSAL_MARKER, REHEARSAL_TAG, rehearsal_marker
 from bakeoff.results.store import write_json
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.serving.stand_in_quality import StandIn, StandInAnswer
 
 REHEARSAL_PRESET = "tiny"
@@ -41,14 +41,25 @@ GARBLED_WORD = "garbled"
 
 
 def rehearsal_spec(spec: CampaignSpec) -> CampaignSpec:
-    """The campaign scaled down for a rehearsal, planned with the generated tiny tokenizer."""
+    """The campaign scaled down for a rehearsal, planned with the generated tiny tokenizer, its servers
+    on the rehearsal launcher (:meth:`ServerConfig.for_rehearsal`)."""
     # Same served name, context length and draft model; only the source of the tokenizer changes.
     fields = spec.model.model_dump()
     fields.update({key: None for key in ("path", "hf_id") if key in fields})
     model = ModelRef.model_validate({**fields, "preset": REHEARSAL_PRESET})
     workloads = [wl.for_rehearsal() for wl in spec.workloads]
+    # Every server on the rehearsal launcher: the campaign copy carries it, so each cell, trial and
+    # ladder step made from it starts its GPU backend's stand-in with no flag passed along.
+    servers = [s.for_rehearsal() for s in spec.servers]
     # One repeat: a rehearsal proves the path, it has no noise worth an interval.
-    update = {"model": model, "workloads": workloads, "measure_warm_restart": True, "repeats": 1, "max_repeats": None}
+    update = {
+        "model": model,
+        "workloads": workloads,
+        "servers": servers,
+        "measure_warm_restart": True,
+        "repeats": 1,
+        "max_repeats": None,
+    }
     if spec.tune is not None:  # bakeoff tune --rehearse: a budget that runs each step of the tune once
         update["tune"] = spec.tune.for_rehearsal()
     return spec.model_copy(update=update)

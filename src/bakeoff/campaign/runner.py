@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.analysis.roofline import bandwidth
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.errors import ServerDiedError
 from bakeoff.measure.client import ClientSettings, StreamingClient
 from bakeoff.measure.loadgen import run_plan
@@ -71,7 +72,6 @@ from bakeoff.results.summary import (
     Speculative,
     WorkloadInfo,
 )
-from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.death_watch import DeathWatch, ServerDeath, url_watch
 from bakeoff.workloads.plans import RunPlan, designed_reuse, reusable_share
 

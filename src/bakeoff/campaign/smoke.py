@@ -36,6 +36,8 @@ from pathlib import Path
 
 import orjson
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.campaign.cells import Cell
 from bakeoff.campaign.cold_cache import CellServer
 from bakeoff.campaign.runner import run_coroutine
@@ -56,8 +58,6 @@ from bakeoff.results.smoke import (
     smoke_rows,
     write_smoke,
 )
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.launchers import launcher_kind
 from bakeoff.serving.process import ServerHandle, probe
 from bakeoff.workloads.plans import PlannedRequest
@@ -94,9 +94,9 @@ def first_cell_per_server(cells: list[Cell]) -> list[Cell]:
     return list(seen.values())
 
 
-def run_smoke(cells: list[Cell], out: Path, start: CellStarter, *, rehearse: bool = False) -> SmokeResult:
+def run_smoke(cells: list[Cell], out: Path, start: CellStarter) -> SmokeResult:
     """Smoke-run every server of ``cells`` one after another; write ``smoke.json`` and print the table."""
-    result = SmokeResult(rehearsal=rehearse)
+    result = SmokeResult(rehearsal=any(c.rehearsed for c in cells))
     for cell in first_cell_per_server(cells):
         print(f"smoke: {cell.server.label} ...", flush=True)
         result.servers.append(smoke_server(cell, out / SMOKE_DIR / cell.server.label, start))
@@ -115,7 +115,7 @@ def smoke_table_text(result: SmokeResult) -> str:
 
 def smoke_server(cell: Cell, run_dir: Path, start: CellStarter) -> SmokeServer:
     """One server's smoke run (module docstring); never raises for what the server does."""
-    kind = launcher_kind(cell.backend, cell.server, rehearse=cell.rehearse)
+    kind = launcher_kind(cell.backend, cell.server)
     record = SmokeServer(label=cell.server.label, backend=cell.backend.name, launcher=kind)
     began = time.monotonic()
     try:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.observe.memory_account import account
 from bakeoff.results.memory import MEMORY_FILE, MemorySource, write_memory
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
 
 

@@ -2,7 +2,7 @@
 
 Every model rejects unknown fields so a typo fails loudly, naming the field, before any
 server starts. The workload kinds live in :mod:`bakeoff.workloads.kinds`, backend specs in
-:mod:`bakeoff.serving.backends`.
+:mod:`bakeoff.backends.spec`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bakeoff.analysis.thresholds import parse_threshold, parse_thresholds
+from bakeoff.backends.kv_pool import KvPool
+from bakeoff.backends.server_config import ServerConfig
 from bakeoff.campaign.ladder import LadderSpec
 from bakeoff.campaign.quality import QualitySpec
 from bakeoff.campaign.tune_spec import TuneSpec
@@ -22,8 +24,6 @@ from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import MODEL_FORMS, PRESET_CHOICES, ModelRef, model_shorthand
 from bakeoff.paths import models_dir
 from bakeoff.schema import Strict, format_validation_error
-from bakeoff.serving.kv_pool import KvPool
-from bakeoff.serving.server_config import ServerConfig
 from bakeoff.workloads.kinds import OpenLoop, Trace, Workload
 
 
@@ -58,7 +58,7 @@ class CampaignSpec(Strict):
     kv_pool: KvPool | None = Field(
         default=None,
         description="GPU campaigns: one KV-pool size for every server, mapped to each framework's own memory "
-        "knob (bakeoff.serving.kv_pool)",
+        "knob (bakeoff.backends.kv_pool)",
     )
     measure_warm_restart: bool = Field(default=True, description="start each server a second time")
     repeats: Annotated[int, Field(ge=1, le=20)] | Literal["auto"] = Field(

@@ -15,7 +15,7 @@
 
 Every server entry of the campaign is one *group*: its knobs as written are the untuned start
 (measured like a finalist, and the quality reference), the backend's ``tune:`` block
-(:mod:`bakeoff.serving.tune_space`) merged with this section's is the space searched.
+(:mod:`bakeoff.backends.tune_space`) merged with this section's is the space searched.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from bakeoff.backends.tune_space import Constraint, KnobRange
 from bakeoff.schema import Strict
-from bakeoff.serving.tune_space import Constraint, KnobRange
 from bakeoff.workloads.kinds import ConcurrencySweep, OpenLoop, Workload
 
 Objective = Literal["goodput", "max_load", "pareto"]

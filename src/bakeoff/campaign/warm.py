@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from bakeoff.serving.launch_render import RenderedLaunch
+from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.serving.process import ServerHandle
 
 if TYPE_CHECKING:

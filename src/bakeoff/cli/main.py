@@ -307,6 +307,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
+    from bakeoff.campaign.campaign_input import load_input
     from bakeoff.campaign.cells import validate_campaign
     from bakeoff.campaign.execute import run_campaign
     from bakeoff.campaign.gpu_host import unset_warnings
@@ -318,10 +319,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     from bakeoff.cluster.ray_runner import run_campaign_ray
     from bakeoff.history.archive import history_root
     from bakeoff.history.calibration import calibrate
-    from bakeoff.serving.gpus import gpu_available
+    from bakeoff.host.gpus import gpu_available
 
     if args.campaign_command == "preflight":
-        results = preflight_campaign(campaign_file(args.file), rehearse=args.rehearse)
+        results = preflight_campaign(load_input(campaign_file(args.file), rehearse=args.rehearse))
         for result in results:
             print(result.line())
         return 1 if any(r.status == "refused" for r in results) else 0
@@ -349,22 +350,17 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         raise SpecError("--store goes with --ray; add --ray (or drop --store and use --out)")
     if args.ray is not None and args.smoke:
         raise SpecError("--smoke runs here, not on Ray: drop --ray (the smoke is minutes long, one server at a time)")
+    # A rehearsal is made here, once: the spec's rehearsal copy, its servers on the stand-in launcher.
+    campaign = load_input(campaign_file(args.file), rehearse=args.rehearse)
     if args.ray is not None:
         report = run_campaign_ray(
-            campaign_file(args.file),
-            out_dir=args.out,
-            only=args.only,
-            address=args.ray or None,
-            store=args.store,
-            rehearse=args.rehearse,
-            fresh=args.fresh,
+            campaign, out_dir=args.out, only=args.only, address=args.ray or None, store=args.store, fresh=args.fresh
         )
     else:
         report = run_campaign(
-            campaign_file(args.file),
+            campaign,
             out_dir=args.out,
             only=args.only,
-            rehearse=args.rehearse,
             fresh=args.fresh,
             skip_preflight=args.skip_preflight,
             smoke="only" if args.smoke else "off" if args.no_smoke else "auto",
@@ -400,8 +396,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    from bakeoff.serving import backends
-    from bakeoff.serving.knobs import parse_knob_args
+    from bakeoff.backends import spec as backends
+    from bakeoff.backends.knobs import parse_knob_args
     from bakeoff.serving.show_launch import describe_launch
 
     if args.backends_command == "audit":

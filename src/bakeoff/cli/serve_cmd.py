@@ -23,9 +23,10 @@ from bakeoff.errors import LaunchError, SpecError
 # The serving stack is imported when the command runs (`bakeoff` builds every command's options
 # from this module; --help and a refused flag should not load it).
 if TYPE_CHECKING:
-    from bakeoff.serving.backends import BackendSpec
+    from bakeoff.backends.spec import BackendSpec
     from bakeoff.serving.process import ServerHandle
 
+# How often the foreground loop checks that the server is still up.
 CHECK_S = 1.0
 
 
@@ -65,18 +66,20 @@ def bench_line(backend: BackendSpec, handle: ServerHandle, tokenizer: Path | Non
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Check everything, start the server, print how to bench it, and hold it until interrupted."""
+    from bakeoff.backends.knobs import parse_knob_args
+    from bakeoff.backends.launch_render import render_launch
+    from bakeoff.backends.server_config import ServerConfig
+    from bakeoff.backends.spec import load_backend
+    from bakeoff.host.cpu_checks import check_cpu_needs, host_cpu_flags
+    from bakeoff.host.gpus import gpu_available
     from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
-    from bakeoff.serving.backends import load_backend
-    from bakeoff.serving.cpu_checks import check_cpu_needs, host_cpu_flags
-    from bakeoff.serving.gpus import gpu_available
-    from bakeoff.serving.knobs import parse_knob_args
-    from bakeoff.serving.launch_render import render_launch
     from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
     from bakeoff.serving.process import port_in_use
-    from bakeoff.serving.server_config import ServerConfig
 
     backend = load_backend(args.backend)
     server = ServerConfig(backend=backend.name, knobs=parse_knob_args(args.knob))
+    if args.rehearse:  # the server as a rehearsal's: a GPU backend's stand-in starts instead of its container
+        server = server.for_rehearsal()
     # Knobs are refused before anything starts, as in a campaign.
     render_launch(backend, server.knobs, model="/model", served_model_name=args.served_name, port=8000)
     if backend.accelerator == "cpu" and not args.rehearse:
@@ -86,14 +89,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None and port_in_use(args.port):
         raise SpecError(f"--port {args.port}: already in use; pick another, or leave --port out for a free one")
     source = resolve_model(ModelRef.model_validate(model_shorthand(args.model)))
-    kind = launcher_kind(backend, server, rehearse=args.rehearse)
+    kind = launcher_kind(backend, server)
     if backend.accelerator == "gpu" and kind != "rehearsal" and not gpu_available():
         raise SpecError(f"{backend.name} needs a GPU and this machine has none; add --rehearse to serve its stand-in")
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"bakeoff-serve-{backend.name}-"))
     ctx = LaunchContext(server, backend, source, args.served_name, log_dir, port=args.port)
     print(f"starting {backend.name} ({backend.display_name}) as a {kind}; log: {log_dir / 'server.log'}", flush=True)
     try:
-        with start_server(ctx, rehearse=args.rehearse) as (handle, launch):
+        with start_server(ctx) as (handle, launch):
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()) if kind == "process")
             local = source.local_dir
             tokenizer = local if local is not None and (local / "tokenizer.json").is_file() else None

@@ -40,15 +40,16 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 def cmd_tune(args: argparse.Namespace) -> int:
     # Imported here: `bakeoff` builds every command's options from this module.
+    from bakeoff.campaign.campaign_input import load_input
     from bakeoff.campaign.rehearsal import gpu_host_text
     from bakeoff.campaign.tune import tune_campaign
     from bakeoff.cluster.ray_tune import tune_campaign_ray
 
-    path = campaign_file(args.file)
+    campaign = load_input(campaign_file(args.file), rehearse=args.rehearse)
     if args.ray is not None:
-        report = tune_campaign_ray(path, args.out, address=args.ray or None, fresh=args.fresh, rehearse=args.rehearse)
+        report = tune_campaign_ray(campaign, args.out, address=args.ray or None, fresh=args.fresh)
     else:
-        report = tune_campaign(path, out_dir=args.out, fresh=args.fresh, rehearse=args.rehearse)
+        report = tune_campaign(campaign, out_dir=args.out, fresh=args.fresh)
     note = " (REHEARSAL: reference-server stand-ins; no figure or verdict in it is a measurement)"
     print(f"report: {report}{note if args.rehearse else ''}")
     steps = gpu_host_text(report.parent) if args.rehearse else None

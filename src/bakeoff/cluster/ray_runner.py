@@ -46,20 +46,22 @@ from typing import Any
 import psutil
 
 from bakeoff.campaign import resume
-from bakeoff.campaign.cell_run import cell_fingerprint, run_cell
+from bakeoff.campaign.campaign_input import CampaignInput, as_input
+from bakeoff.campaign.cell_run import run_cell
+from bakeoff.campaign.cell_spec import cell_fingerprint, write_cell_spec
 from bakeoff.campaign.cells import Cell, prepare
 from bakeoff.campaign.doctor_run import refuse_on_problems, run_doctor
 from bakeoff.campaign.execute import auto_stop, render_report, rounds
 from bakeoff.campaign.progress import cell_result
 from bakeoff.campaign.runner import salvage_runs
-from bakeoff.campaign.specs import CampaignSpec, load_campaign
+from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
+from bakeoff.host.gpus import gpus
 from bakeoff.paths import reports_dir
-from bakeoff.results.layout import AUTO_REPEATS, REHEARSAL_MARKER
+from bakeoff.results.layout import AUTO_REPEATS, CELL_SPEC, REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
 from bakeoff.serving.gpu_pinning import gpu_count
-from bakeoff.serving.gpus import gpus
 from bakeoff.serving.process import PID_FILE, reap_leftovers
 
 INSTALL_HINT = "pip install 'bakeoff[ray]' (pins: pip install -c constraints.txt 'bakeoff[ray]')"
@@ -97,7 +99,7 @@ def _needs_gpu(cell: Cell, cluster_has_gpus: bool) -> bool:
     # its server would (so the rendered commands show Ray's placement) only where there are any.
     if cell.backend.accelerator != "gpu" or cell.server.url:
         return False
-    return cluster_has_gpus or not cell.rehearse
+    return cluster_has_gpus or not cell.rehearsed
 
 
 def cell_options(cell: Cell, spec: CampaignSpec, *, cluster_has_gpus: bool = False) -> dict[str, Any]:
@@ -125,10 +127,7 @@ class CellJob:
 
     local: str  # the campaign folder (shared store) or the driver's copy
     uri: str | None  # the object store, when there is one
-    cell_id: str
-    server_label: str
-    workload: str
-    repeat: int = 1
+    cell_id: str  # its hand-over is cells/ID/cell_spec.json there (bakeoff.campaign.cell_spec)
     check_quality: bool = True  # false: the campaign's quality set is left out (a tune's probes and repeats)
 
 
@@ -199,7 +198,7 @@ def run_cell_task(job: CellJob) -> dict[str, Any]:
         store.push_file(cell_dir / TRIES, f"cells/{job.cell_id}/{TRIES}")  # a lost node must not lose the log
         outcome = "ok"
         try:
-            run_cell(campaign_dir, job.server_label, job.workload, job.repeat, check_quality=job.check_quality)
+            run_cell(cell_dir / CELL_SPEC, check_quality=job.check_quality)
         except BaseException as exc:
             outcome = type(exc).__name__
             raise
@@ -287,20 +286,22 @@ def _stop_new_children(before: set[int]) -> None:
 
 
 def run_campaign_ray(
-    path: Path,
+    campaign: Path | CampaignInput,
     out_dir: Path | None = None,
     only: list[str] | None = None,
     *,
     address: str | None = None,
     store: str | None = None,
-    rehearse: bool = False,
     fresh: bool = False,
 ) -> Path:
-    """``campaign run --ray``: every cell a Ray task; then the report, rendered here."""
+    """``campaign run --ray``: every cell a Ray task; then the report, rendered here.
+
+    ``campaign``: a campaign file, run as written, or :func:`load_input`'s rehearsal of one.
+    """
     ray = import_ray()
-    name = load_campaign(path).name + ("-rehearsal" if rehearse else "")
-    results = ResultStore.open(store, out_dir or reports_dir() / name)
-    failures = run_cells_on_ray(ray, path, results, only, address=address, rehearse=rehearse, fresh=fresh)
+    run = as_input(campaign)
+    results = ResultStore.open(store, out_dir or reports_dir() / (run.written.name + run.suffix))
+    failures = run_cells_on_ray(ray, run, results, only, address=address, fresh=fresh)
     report = render_report(results.local, failures)
     results.push_file(report, "report.html")
     results.push_file(results.local / "compare.ipynb", "compare.ipynb")
@@ -309,12 +310,11 @@ def run_campaign_ray(
 
 def run_cells_on_ray(
     ray: ModuleType,
-    path: Path,
+    campaign: Path | CampaignInput,
     results: ResultStore,
     only: list[str] | None = None,
     *,
     address: str | None = None,
-    rehearse: bool = False,
     fresh: bool = False,
 ) -> list[str]:
     """Plan on the driver, run the cells still to measure as Ray tasks; return the failed cells."""
@@ -323,12 +323,13 @@ def run_cells_on_ray(
         resume.start_over(out)
         results.delete("cells")
     results.pull("cells", out / "cells")  # what earlier runs of this campaign measured
-    if load_campaign(path).gpu and not rehearse:
+    run = as_input(campaign)
+    if run.written.gpu and not run.rehearsal:
         # The host, model and images before any task pulls an image. It examines the driver's
         # host: on a one-node cluster (a local start) that is where the cells run; a remote
         # cluster's nodes are not examined from here.
-        refuse_on_problems(run_doctor(path), path)
-    spec, cells = prepare(path, out, only, rehearse=rehearse)
+        refuse_on_problems(run_doctor(run.path), run.path)
+    spec, cells = prepare(run, out, only)
     check_ray_fields(spec, cells)
     results.push_file(out / CAMPAIGN_COPY, CAMPAIGN_COPY)
     if (out / REHEARSAL_MARKER).is_file():
@@ -391,9 +392,10 @@ def _submit(task: Any, cell: Cell, spec: CampaignSpec, results: ResultStore, has
     if prior.state != "new":
         resume.archive_attempt(cell_dir, prior.reason)
     (cell_dir / TRIES).unlink(missing_ok=True)  # a fresh submission: earlier tries are not its retries
+    write_cell_spec(out, spec, cell)  # what the task measures, pushed with the folder
     results.delete(f"cells/{cell.cell_id}")
     results.push(cell_dir, f"cells/{cell.cell_id}")
-    job = CellJob(str(out), results.uri, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat)
+    job = CellJob(str(out), results.uri, cell.cell_id)
     options = cell_options(cell, spec, cluster_has_gpus=has_gpus)
     print(f"{cell.cell_id}: queued on Ray ({_describe(options)})", flush=True)
     return task.options(**options).remote(job)

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bakeoff.campaign.campaign_input import CampaignInput
 from bakeoff.campaign.cells import Cell
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune import tune_campaign
@@ -52,7 +53,7 @@ class RayCellRunner:
     def __call__(self, out: Path, cell: Cell, check_quality: bool) -> dict[str, Any]:
         spec = load_campaign(out / CAMPAIGN_COPY)  # the trial servers added so far
         (out / "cells" / cell.cell_id / TRIES).unlink(missing_ok=True)  # a new submission, not a retry
-        job = CellJob(str(out), None, cell.cell_id, cell.server.label, cell.workload.label, cell.repeat, check_quality)
+        job = CellJob(str(out), None, cell.cell_id, check_quality)
         ref = self.task.options(**cell_options(cell, spec)).remote(job)
         try:
             answer: dict[str, Any] = self.ray.get(ref)
@@ -73,18 +74,17 @@ class RayCellRunner:
 
 
 def tune_campaign_ray(
-    path: Path,
+    campaign: Path | CampaignInput,
     out_dir: Path | None = None,
     *,
     address: str | None = None,
     fresh: bool = False,
-    rehearse: bool = False,
 ) -> Path:
     """``bakeoff tune --ray``: the tune of :func:`bakeoff.campaign.tune.tune_campaign`, every cell a Ray task."""
     ray = import_ray()
     started = connect(ray, address, passed_env())
     try:
-        return tune_campaign(path, out_dir, fresh=fresh, rehearse=rehearse, runner=RayCellRunner(ray))
+        return tune_campaign(campaign, out_dir, fresh=fresh, runner=RayCellRunner(ray))
     finally:
         if started:
             ray.shutdown()

@@ -32,12 +32,12 @@ from typing import Any
 
 import yaml
 
+from bakeoff.backends.knobs import value_key
+from bakeoff.backends.spec import BackendSpec, KnobSpec, load_backend
 from bakeoff.conformance.wheel_scan import ConfigField, Flag, Metric, Site, WheelIndex, scan_wheel
 from bakeoff.errors import SpecError
 from bakeoff.paths import user_cache_dir
 from bakeoff.results.layout import load_yaml
-from bakeoff.serving.backends import BackendSpec, KnobSpec, load_backend
-from bakeoff.serving.knobs import value_key
 
 # Bump when wheel_scan reads more or differently: cached indexes are then read again.
 SCAN_VERSION = 8

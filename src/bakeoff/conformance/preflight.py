@@ -39,10 +39,10 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bakeoff.backends.launch_render import RenderedLaunch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.errors import LaunchError
-from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command
-from bakeoff.serving.launch_render import RenderedLaunch
 
 Status = Literal["ok", "refused", "skipped", "not_checked"]
 TIMEOUT_S = 300.0  # importing a framework takes tens of seconds on 2 cores

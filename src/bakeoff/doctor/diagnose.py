@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.doctor.host import HostFacts
 from bakeoff.doctor.host_checks import check_host, chosen_runtime
 from bakeoff.doctor.image_checks import check_images
 from bakeoff.doctor.model_checks import check_models
 from bakeoff.doctor.problems import Problem
-from bakeoff.serving.backends import BackendSpec, KnobValue
 
 
 @dataclass(frozen=True)

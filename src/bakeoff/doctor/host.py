@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakeoff.errors import LaunchError, SpecError
+from bakeoff.host.gpu_checks import parse_cuda_version
 from bakeoff.serving.container_runtime import RUNTIMES, runtime_cli, runtime_usable
-from bakeoff.serving.gpu_checks import parse_cuda_version
 from bakeoff.serving.runtime_facts import (
     RuntimeFacts,
     cdi_devices,

@@ -4,7 +4,7 @@
   else podman with an NVIDIA CDI spec; the same order
   :func:`bakeoff.serving.runtime_facts.find_gpu_runtime` starts servers with), and the
   ``--ulimit`` values it refuses (rootless podman; left out there, said as a warning);
-- the driver's CUDA against each image's (:func:`bakeoff.serving.gpu_checks.cuda_refusal`);
+- the driver's CUDA against each image's (:func:`bakeoff.host.gpu_checks.cuda_refusal`);
 - each GPU's compute capability against the knob values that need more (``needs_gpu``);
 - memory other processes hold on the GPUs; disk for the images not pulled yet.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bakeoff.backends.knobs import check_knob, value_key
 from bakeoff.doctor.host import HostFacts
 from bakeoff.doctor.problems import Problem
-from bakeoff.serving.gpu_checks import cuda_minor_note, cuda_refusal
+from bakeoff.host.gpu_checks import cuda_minor_note, cuda_refusal
 from bakeoff.serving.images import qualified_image
-from bakeoff.serving.knobs import check_knob, value_key
 from bakeoff.serving.runtime_facts import NVIDIA_CDI_KIND, RuntimeFacts
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ readings; the hardware keeps its own running total, so bakeoff reads that instea
 differences:
 
 - NVIDIA GPUs: ``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver
-  loaded, Volta and later), one counter per GPU, asked through :mod:`bakeoff.serving.gpus`
+  loaded, Volta and later), one counter per GPU, asked through :mod:`bakeoff.host.gpus`
   (the NVML module seam the telemetry uses too). Only the GPUs the server is pinned to are
   read (:mod:`bakeoff.serving.gpu_pinning`): on an 8-GPU host the seven a server does not
   hold would otherwise add their idle draw to its J/token; ``energy.devices`` shows each apart;
@@ -35,8 +35,8 @@ from typing import Literal
 
 import numpy as np
 
+from bakeoff.host.gpus import nvml_energy_readers
 from bakeoff.results.summary import DeviceEnergy, Energy
-from bakeoff.serving.gpus import nvml_energy_readers
 
 POWERCAP = Path("/sys/class/powercap")
 _PACKAGE_ZONE = re.compile(r"intel-rapl:\d+$")

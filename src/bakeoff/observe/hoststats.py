@@ -7,10 +7,10 @@ Two probes, each read about once a second by :mod:`bakeoff.observe.telemetry_ser
   work): ``cpu_cores`` is CPU seconds used per wall second since the last reading (2.0 =
   two cores busy), ``rss_bytes`` the resident memory summed over the tree. Processes that
   come and go between readings are counted while they live.
-- :class:`bakeoff.serving.gpus.NvmlProbe` reads every NVIDIA GPU through NVML (the GPU
-  queries live in :mod:`bakeoff.serving.gpus`): utilisation in percent (mean over GPUs),
+- :class:`bakeoff.host.gpus.NvmlProbe` reads every NVIDIA GPU through NVML (the GPU
+  queries live in :mod:`bakeoff.host.gpus`): utilisation in percent (mean over GPUs),
   memory used and power drawn (summed). Without the package or a driver it is simply not
-  there (:func:`~bakeoff.serving.gpus.nvml_probe` returns None with the reason), and the
+  there (:func:`~bakeoff.host.gpus.nvml_probe` returns None with the reason), and the
   series has no GPU columns.
 
 Neither probe raises once made: a reading that fails is a missing value, never a failed run.

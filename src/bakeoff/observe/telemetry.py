@@ -39,8 +39,8 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.measure import control
-from bakeoff.serving.backends import BackendSpec
 
 Snapshot = dict[str, float]
 

@@ -11,7 +11,7 @@ window (after warm-up) to its end, and reads each probe in turn:
   (:func:`bakeoff.observe.telemetry.parse_prometheus` with ``only``), so a sample costs a
   fraction of a millisecond of the interpreter lock the load generator also needs;
 - the engine's processes (CPU cores used, resident memory) for local engines, and the
-  GPUs through NVML where there are any (:mod:`bakeoff.serving.gpus`);
+  GPUs through NVML where there are any (:mod:`bakeoff.host.gpus`);
 - the energy counters (:mod:`bakeoff.observe.energy`, added by the runner where readable):
   ``energy_j`` since the first sample, and the stamped readings the run's energy comes from.
 
@@ -37,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bakeoff.backends.spec import BackendSpec
+from bakeoff.host.gpus import nvml_probe
 from bakeoff.observe.hoststats import ProcessProbe, Reading
 from bakeoff.observe.telemetry import logical, scrape
 from bakeoff.results.store import atomic_write_bytes
-from bakeoff.serving.backends import BackendSpec
-from bakeoff.serving.gpus import nvml_probe
 
 SERIES_FILE = "telemetry.parquet"
 SERIES_KEY = "server"  # its name in summary.json's telemetry_series

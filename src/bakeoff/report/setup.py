@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from bakeoff.backends.kv_pool import BASIS_TEXT, KvPool, kv_pool_settings
+from bakeoff.backends.spec import load_backend
 from bakeoff.errors import SpecError
 from bakeoff.report.frame import REHEARSAL_SUFFIX, start_note
 from bakeoff.report.measured_apart import measured_apart_note
@@ -18,8 +20,6 @@ from bakeoff.results.layout import (
     rehearsal_marker,
 )
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
-from bakeoff.serving.backends import load_backend
-from bakeoff.serving.kv_pool import BASIS_TEXT, KvPool, kv_pool_settings
 
 MEMORY_KNOB_NOTE = (
     "`gpu_memory_utilization` means different things: vLLM takes that share of total GPU memory; "
@@ -178,7 +178,7 @@ def effort_notes(campaign_dir: Path) -> list[str]:
 def kv_pool_table(campaign_dir: Path) -> pd.DataFrame:
     """The campaign's one KV-pool intent beside each server's own knob and value (empty without ``kv_pool``).
 
-    Read from the campaign copy and mapped again by :mod:`bakeoff.serving.kv_pool`, the one rule
+    Read from the campaign copy and mapped again by :mod:`bakeoff.backends.kv_pool`, the one rule
     the launches were rendered with.
     """
     spec = read_campaign_copy(campaign_dir)

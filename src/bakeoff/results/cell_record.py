@@ -7,7 +7,7 @@ file from an older layout first, as :func:`bakeoff.results.summary.migrate` does
 apart from the version.
 
 The server's section stays the mapping the campaign wrote: its model
-(:class:`bakeoff.serving.server_config.ServerConfig`) lives above this layer.
+(:class:`bakeoff.backends.server_config.ServerConfig`) lives above this layer.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ QUALITY_RATES = ("invalid_json", "truncated", "refused", "exact", "length_ok", "
 # quality.json's other figures beside those shares: the held-out perplexity (bakeoff.campaign.perplexity).
 QUALITY_SCORES = ("perplexity",)
 REHEARSAL_MARKER = "rehearsal.json"
+CELL_SPEC = "cell_spec.json"  # per cell: its hand-over from the campaign (bakeoff.campaign.cell_spec)
 PREFLIGHT_FILE = "preflight.json"  # what each server's pre-flight found, its image's defaults among it
 AUTO_REPEATS = "repeats.json"  # repeats: auto — rounds run and why they stopped (bakeoff.campaign.execute)
 # Before every console line of a rehearsal (and after each stand-in's label in the report's tables).
@@ -47,6 +48,11 @@ def cell_folder_name(server_label: str, workload_name: str, repeat: int = 1) -> 
     """The folder of one repeat of a cell; repeat 1 keeps the plain name (campaigns without repeats)."""
     base = f"{server_label}{CELL_SEPARATOR}{workload_name}"
     return base if repeat == 1 else f"{base}{CELL_SEPARATOR}r{repeat}"
+
+
+def cell_spec_file(campaign_dir: Path, server_label: str, workload_name: str, repeat: int = 1) -> Path:
+    """Where one cell's hand-over is (what ``bench.ipynb`` measures from)."""
+    return campaign_dir / "cells" / cell_folder_name(server_label, workload_name, repeat) / CELL_SPEC
 
 
 def cell_names(cell_id: str, cell: dict[str, Any]) -> tuple[str, str]:

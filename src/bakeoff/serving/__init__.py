@@ -1,9 +1,12 @@
-"""Start a framework, watch it, stop it.
+"""Start a framework, watch it, stop it: the server lifecycle.
 
-Owns backend specs and knobs (validated data), rendering one launch, local processes and
-containers (runtime, images, the TensorRT-LLM engine build), the CPU engine's environment,
-the GPU queries (``nvidia-smi`` and NVML, :mod:`.gpus`), pre-start GPU checks, the death
-watch that ends a run, ``backends show`` and starting the reference server by argv. Holding a
-launch against the framework's release (pre-flight parse, wheel audit) is :mod:`bakeoff.conformance`.
-May import: ``measure``, ``models``, ``workloads``, ``results``, the leaves, and ``ref``'s option model.
+Owns starting a rendered launch (:mod:`.launchers`, one launcher per kind: local processes,
+containers with their runtime and images, the TensorRT-LLM engine build, the rehearsal
+stand-in and its quality answers, an external server), the CPU engine's environment, GPU
+pinning, the death watch that ends a run, ``backends show`` and starting the reference server
+by argv. What a backend and a launch *are* (specs, knobs, rendering) is :mod:`bakeoff.backends`;
+the host's GPU and CPU checks are :mod:`bakeoff.host`; holding a launch against the framework's
+release (pre-flight parse, wheel audit) is :mod:`bakeoff.conformance`.
+May import: ``host``, ``backends``, ``measure``, ``models``, ``workloads``, ``results``, the leaves,
+and ``ref``'s option model.
 """

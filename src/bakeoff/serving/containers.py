@@ -25,15 +25,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from bakeoff.backends.knobs import draft_model_knob
+from bakeoff.backends.launch_render import RenderedLaunch, render_launch
+from bakeoff.backends.spec import DRAFT_MOUNT, BackendSpec, ContainerSpec, KnobValue
 from bakeoff.errors import LaunchError
 from bakeoff.models.model_source import ContainerModel
 from bakeoff.results.store import atomic_write_bytes
-from bakeoff.serving.backends import DRAFT_MOUNT, BackendSpec, ContainerSpec, KnobValue
 from bakeoff.serving.container_runtime import find_runtime, runtime_cli, runtime_command
 from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
 from bakeoff.serving.images import ensure_image
-from bakeoff.serving.knobs import draft_model_knob
-from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, port_in_use, wait_ready
 from bakeoff.serving.runtime_facts import RuntimeFacts, find_gpu_runtime, live_runtime_facts
 

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bakeoff.backends.launch_render import baked_knobs, render_engine_build
+from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.console import working
 from bakeoff.errors import LaunchError, SpecError
 from bakeoff.paths import user_cache_dir
-from bakeoff.serving.backends import BackendSpec, KnobValue
 from bakeoff.serving.container_runtime import find_runtime, runtime_command
 from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus
-from bakeoff.serving.launch_render import baked_knobs, render_engine_build
 from bakeoff.serving.process import log_tail
 
 # v2: engines converted in float16 (v1 engines were bfloat16 and must not be reused as float16).

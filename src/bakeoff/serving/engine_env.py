@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.errors import LaunchError
 from bakeoff.paths import checkout_root
-from bakeoff.serving.backends import BackendSpec
 
 ENGINE_PYTHON_ENV = "BAKEOFF_ENGINE_PYTHON"
 ENGINE_VENV = ".venv-engine"

@@ -17,7 +17,7 @@ GPUs' draw to its J/token.
   names ``nvidia-ctk cdi generate`` writes, by index and by UUID).
 
 Indices are the driver's (nvidia-smi's and NVML's), the numbering docker's ``device=`` and the
-CDI names use; :mod:`bakeoff.serving.gpus` reads NVML by the same indices, so telemetry and
+CDI names use; :mod:`bakeoff.host.gpus` reads NVML by the same indices, so telemetry and
 energy meter exactly the GPUs the server holds. (CUDA inside a process numbers GPUs fastest
 first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; inside the container the pinned GPUs are 0..N-1.)
 """
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import BackendSpec, KnobValue
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 

@@ -2,7 +2,7 @@
 
 A cell's server is started by exactly one of these launchers, each a context manager
 that yields a ready :class:`~bakeoff.serving.process.ServerHandle` and the
-:class:`~bakeoff.serving.launch_render.RenderedLaunch` behind it, and tears down what it started on
+:class:`~bakeoff.backends.launch_render.RenderedLaunch` behind it, and tears down what it started on
 every exit path:
 
 ========== ===============================================================================
@@ -32,7 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from bakeoff.backends.knobs import model_file_choice
+from bakeoff.backends.launch_render import RenderedLaunch, render_launch
+from bakeoff.backends.spec import BackendSpec
 from bakeoff.errors import LaunchError, ServerUnreachableError, SpecError
+from bakeoff.host.gpu_checks import check_cuda_compat
+from bakeoff.host.gpus import query_nvidia_smi
 from bakeoff.measure.control import check_server
 from bakeoff.models.gguf import conversion_seconds, convert_to_gguf, gguf_for_quantization, tensor_types
 from bakeoff.models.model_source import ContainerModel, ModelSource
@@ -40,16 +45,11 @@ from bakeoff.models.quantized import SCHEMES as QUANTIZED_SCHEMES
 from bakeoff.models.quantized import quantized_checkpoint
 from bakeoff.models.quantized import weight_types as quantized_weight_types
 from bakeoff.results.store import write_json
-from bakeoff.serving.backends import BackendSpec
 from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
 from bakeoff.serving.containers import container_run_args, render_container_launch, run_container
 from bakeoff.serving.engine_build import build_engine
 from bakeoff.serving.engine_env import interpreter
-from bakeoff.serving.gpu_checks import check_cuda_compat
 from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
-from bakeoff.serving.gpus import query_nvidia_smi
-from bakeoff.serving.knobs import model_file_choice
-from bakeoff.serving.launch_render import RenderedLaunch, render_launch
 from bakeoff.serving.process import ServerHandle, free_port, run_local_process
 from bakeoff.serving.stand_in_quality import (
     BROKEN_EVERY,
@@ -63,7 +63,7 @@ from bakeoff.serving.stand_in_quality import (
 )
 
 if TYPE_CHECKING:
-    from bakeoff.serving.server_config import ServerConfig
+    from bakeoff.backends.server_config import ServerConfig
 
 LauncherKind = Literal["process", "container", "rehearsal", "external"]
 
@@ -112,11 +112,11 @@ Started = Iterator[tuple[ServerHandle, RenderedLaunch]]
 Launcher = Callable[[LaunchContext], contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]]
 
 
-def launcher_kind(backend: BackendSpec, server: ServerConfig, *, rehearse: bool = False) -> LauncherKind:
-    """Which launcher starts this server; a rehearsal replaces only GPU containers."""
+def launcher_kind(backend: BackendSpec, server: ServerConfig) -> LauncherKind:
+    """Which launcher starts this server; a rehearsal's (``launcher: rehearsal``) replaces only GPU containers."""
     if server.url:
         return "external"
-    if rehearse and backend.accelerator == "gpu":
+    if server.rehearsed and backend.accelerator == "gpu":
         if backend.rehearsal_profile is None:
             raise SpecError(f"backend {backend.name!r} has no rehearsal_profile; it cannot be rehearsed")
         return "rehearsal"
@@ -390,8 +390,6 @@ LAUNCHERS: dict[LauncherKind, Launcher] = {
 }
 
 
-def start_server(
-    ctx: LaunchContext, *, rehearse: bool = False
-) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
+def start_server(ctx: LaunchContext) -> contextlib.AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]:
     """Start ``ctx``'s server with the launcher its kind needs."""
-    return LAUNCHERS[launcher_kind(ctx.backend, ctx.server, rehearse=rehearse)](ctx)
+    return LAUNCHERS[launcher_kind(ctx.backend, ctx.server)](ctx)

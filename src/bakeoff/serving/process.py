@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psutil
 
+from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.errors import LaunchError
 from bakeoff.measure import control
-from bakeoff.serving.launch_render import RenderedLaunch
 
 
 @dataclass

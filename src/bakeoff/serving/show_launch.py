@@ -11,13 +11,13 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from bakeoff.backends.knobs import draft_model_knob
+from bakeoff.backends.launch_render import RenderedLaunch, flag_text, render_engine_build, render_launch
+from bakeoff.backends.spec import BackendSpec, KnobValue, load_backend
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
 from bakeoff.serving.container_runtime import runtime_command, shell_words, shown_runtime
 from bakeoff.serving.containers import container_run_args, render_container_launch
 from bakeoff.serving.engine_build import default_cache_dir, engine_cache_key, read_record
-from bakeoff.serving.knobs import draft_model_knob
-from bakeoff.serving.launch_render import RenderedLaunch, flag_text, render_engine_build, render_launch
 
 # Shown in place of model.draft_path when a speculative knob needs a draft model.
 DRAFT_PLACEHOLDER_DIR = Path("/path/to/draft-model")

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bakeoff.serving.backends import KnobValue
-from bakeoff.serving.gpu_checks import QUANT_CONFIG, checkpoint_dtype, checkpoint_kv_dtype, normalize_kv_dtype
+from bakeoff.backends.spec import KnobValue
+from bakeoff.host.gpu_checks import QUANT_CONFIG, checkpoint_dtype, checkpoint_kv_dtype, normalize_kv_dtype
 
 # Planted breakage: a lossy stand-in answers the 4th, 8th, ... item of each kind (json, exact,
 # free) wrong, a share of 1/4 of every kind with at least 4 items. Counted per kind so that

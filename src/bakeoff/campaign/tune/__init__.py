@@ -2,7 +2,7 @@
 
 Every ``servers:`` entry of a campaign is a *group*; its knobs as written are the *untuned*
 start. For each group an Optuna study (TPE, seeded) searches the backend's knob space
-(:mod:`bakeoff.serving.tune_space`, merged with the campaign's ``tune:`` section,
+(:mod:`bakeoff.backends.tune_space`, merged with the campaign's ``tune:`` section,
 :mod:`bakeoff.campaign.tune_spec`) for the best objective at the tuned workload's load:
 
 - ``goodput``: goodput (req/s within the SLO; output tok/s when the SLO bounds nothing);
@@ -45,12 +45,12 @@ share one 5% level (Bonferroni over its pairs), the choice included. Where every
 goodput 0, the test compares their SLO misses instead (lower is better), and says so. The report is
 :mod:`bakeoff.report.tune_report`.
 
-``rehearse``: a GPU campaign's tune run end to end on the reference-server stand-ins of a
-rehearsal (:mod:`bakeoff.campaign.rehearsal`): the campaign scaled down, the folder marked, every
-line and the report tagged, and no verdict or pick presented as a finding. ``runner``: how one
-cell is measured, :func:`bakeoff.campaign.cell_run.run_cell` here by default;
-:mod:`bakeoff.cluster.ray_tune` passes one that runs it as a Ray task (the study stays here, on
-the driver, asking and telling).
+A rehearsal (the campaign passed as :func:`bakeoff.campaign.campaign_input.load_input` made it with
+``rehearse``): a GPU campaign's tune run end to end on the reference-server stand-ins of a rehearsal
+(:mod:`bakeoff.campaign.rehearsal`): the campaign scaled down, the folder marked, every line and
+the report tagged, and no verdict or pick presented as a finding. ``runner``: how one cell is
+measured, :func:`bakeoff.campaign.cell_run.run_cell` here by default; :mod:`bakeoff.cluster.ray_tune`
+passes one that runs it as a Ray task (the study stays here, on the driver, asking and telling).
 
 The package, one module per stage: :mod:`.space` (what is searched), :mod:`.folder` (the tune's
 campaign folder and one cell measured in it), :mod:`.figures` (a cell's figures and the objective),

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.analysis.verdict import meets
+from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.campaign.tune.folder import Target
 from bakeoff.measure.slo import Slo, slo_miss
 from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.store import SUMMARY, read_summary
 from bakeoff.results.summary import RunSummary
-from bakeoff.serving.backends import BackendSpec, KnobValue
 
 WORST = -1.0  # told for a failed, skipped or rejected trial: below every measured one (see missed())
 

@@ -11,7 +11,8 @@ import yaml
 from pydantic import ValidationError
 
 from bakeoff.campaign import resume
-from bakeoff.campaign.cell_run import cell_fingerprint, run_cell
+from bakeoff.campaign.cell_run import run_cell
+from bakeoff.campaign.cell_spec import cell_fingerprint, write_cell_spec
 from bakeoff.campaign.cells import Cell, expand
 from bakeoff.campaign.specs import CampaignSpec, load_campaign
 from bakeoff.campaign.tune_spec import TuneSpec
@@ -20,8 +21,7 @@ from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import resolve_model
 from bakeoff.results.layout import (
     CAMPAIGN_COPY,
-    REHEARSAL_TAG,
-    is_rehearsal,
+    CELL_SPEC,
     read_campaign_copy,
 )
 from bakeoff.results.store import atomic_write_bytes
@@ -32,13 +32,13 @@ STUDY_FILE = "study.journal"
 RESULT_FILE = "tune.json"
 SOURCE_FILE = "tune-source.yaml"  # the tune's own campaign as first written (the untuned servers)
 
-# Measures one cell of the tune folder: (folder, cell, run the quality set?).
+# Measures one cell of the tune folder from the hand-over measure() wrote: (folder, cell, run the quality set?).
 CellRunner = Callable[[Path, Cell, bool], object]
 
 
 def run_here(out: Path, cell: Cell, check_quality: bool) -> object:
     """The default runner: the cell measured in this process."""
-    return run_cell(out, cell.server.label, cell.workload.label, cell.repeat, check_quality=check_quality)
+    return run_cell(out / "cells" / cell.cell_id / CELL_SPEC, check_quality=check_quality)
 
 
 @dataclass
@@ -52,11 +52,11 @@ class Target:
     slo: Slo
     loads: list[float] = field(default_factory=list)
     runner: CellRunner = run_here
-    rehearse: bool = False
+    tag: str = ""  # REHEARSAL in a rehearsal (CampaignInput.tag)
 
     def say(self, line: str) -> None:
         """A line of the tune's progress; a rehearsal's is tagged, never read as measured."""
-        print(f"{REHEARSAL_TAG} {line}" if self.rehearse else line, flush=True)
+        print(f"{self.tag} {line}" if self.tag else line, flush=True)
 
 
 # --- the tune's campaign folder ----------------------------------------------------------------
@@ -105,7 +105,7 @@ def measure(
 ) -> Path:
     """One cell of the tune folder, unless a finished measurement of it is there already."""
     spec = load_campaign(out / CAMPAIGN_COPY)
-    cells = expand(spec, resolve_model(spec.model).local_dir, [label], rehearse=is_rehearsal(out))
+    cells = expand(spec, resolve_model(spec.model).local_dir, [label])
     cell = next(c for c in cells if c.server.label == label and c.workload.label == workload and c.repeat == repeat)
     cell_dir = out / "cells" / cell.cell_id
     verdict = resume.cell_state(cell_dir, cell_fingerprint(cell, out))
@@ -114,5 +114,6 @@ def measure(
     if verdict.state != "new":
         resume.archive_attempt(cell_dir, verdict.reason)
     cell_dir.mkdir(parents=True, exist_ok=True)
+    write_cell_spec(out, spec, cell)  # what the runner measures, here or in a Ray task
     runner(out, cell, check_quality)
     return cell_dir

@@ -11,13 +11,13 @@ import optuna
 from optuna.trial import TrialState
 
 from bakeoff.analysis.tune_compare import Comparison, compare, compare_goodput
+from bakeoff.backends.spec import KnobValue
 from bakeoff.campaign.tune.figures import figures
 from bakeoff.campaign.tune.folder import Target, measure
 from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.results.layout import (
     cell_folder_name,
 )
-from bakeoff.serving.backends import KnobValue
 
 # --- finalists, picks, verdicts ------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import yaml
 from optuna.trial import TrialState
 
 from bakeoff.analysis.tune_compare import Comparison
+from bakeoff.campaign.campaign_input import CampaignInput
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.campaign.tune.figures import goodput_metric, objective
 from bakeoff.campaign.tune.folder import Target
@@ -151,7 +152,7 @@ def _result(
     }
 
 
-def _write_best(spec: CampaignSpec, picks: list[Pick], out: Path, *, rehearse: bool = False) -> None:
+def _write_best(campaign: CampaignInput, picks: list[Pick], out: Path) -> None:
     """Each group's pick as a campaign YAML (the campaign with that server's knobs), and all picks in one.
 
     Written from the validated campaign, model paths absolute, so the files run from anywhere. A
@@ -161,9 +162,10 @@ def _write_best(spec: CampaignSpec, picks: list[Pick], out: Path, *, rehearse: b
     warning = (
         f"# {REHEARSAL_TAG} picked from reference-server stand-ins' figures: this file proves the path; "
         "it is not a tuned configuration\n"
-        if rehearse
+        if campaign.rehearsal
         else ""
     )
+    spec = campaign.written
     raw = spec.model_dump(mode="json", exclude_none=True)
     raw.pop("tune", None)
     servers = {s["label"]: s for s in raw["servers"]}

@@ -14,8 +14,9 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from bakeoff.campaign import resume
+from bakeoff.campaign.campaign_input import CampaignInput, as_input
 from bakeoff.campaign.cells import prepare
-from bakeoff.campaign.rehearsal import gpu_host_text, rehearsal_spec, write_marker
+from bakeoff.campaign.rehearsal import gpu_host_text, write_marker
 from bakeoff.campaign.runner import salvage_runs
 from bakeoff.campaign.specs import load_campaign
 from bakeoff.campaign.tune.figures import _gpus, figures
@@ -66,24 +67,24 @@ def _tidy(out: Path, slo: Slo) -> Iterator[None]:
 
 
 def tune_campaign(
-    path: Path,
+    campaign: Path | CampaignInput,
     out_dir: Path | None = None,
     *,
     fresh: bool = False,
-    rehearse: bool = False,
     runner: CellRunner = run_here,
 ) -> Path:
-    """Tune every server group of the campaign at ``path``; return the report (``tune.md``).
+    """Tune every server group of the campaign (a file, or :func:`load_input`'s rehearsal of it); return
+    the report (``tune.md``).
 
     A rehearsal goes to ``reports/NAME-tune-rehearsal`` unless told otherwise, never beside a real tune.
     """
-    original = load_campaign(path)
+    run = as_input(campaign)
     # A rehearsal tunes the scaled-down campaign on stand-ins; its picks are written for the original.
-    spec = rehearsal_spec(original) if rehearse else original
+    spec = run.spec
     tune = spec.tune or TuneSpec()
     wl, load = tune.target(spec.workloads)
     groups = resolve_groups(spec, tune)
-    out = (out_dir or reports_dir() / f"{spec.name}-tune{'-rehearsal' if rehearse else ''}").resolve()
+    out = (out_dir or reports_dir() / f"{spec.name}-tune{run.suffix}").resolve()
     if fresh:
         resume.start_over(out)
         (out / STUDY_FILE).unlink(missing_ok=True)
@@ -92,15 +93,16 @@ def tune_campaign(
     source = out / SOURCE_FILE
     atomic_write_bytes(source, yaml.safe_dump(_source_campaign(spec, full, probe, tune), sort_keys=False).encode())
     trials = read_campaign_copy(out)["servers"] if (out / CAMPAIGN_COPY).is_file() else []
-    # The source is already scaled down: prepared as written (a rehearsal's own scaling would set one
-    # repeat), then marked, so every cell starts the stand-ins and every summary says rehearsal.
-    prepare(source, out)
-    if rehearse:
-        write_marker(out, path, original, command="tune")
+    # The source is already scaled down, its servers on the rehearsal launcher where it rehearses:
+    # prepared as written (a rehearsal's own scaling would set one repeat), then marked, so every
+    # summary says rehearsal.
+    prepare(CampaignInput(source, load_campaign(source)), out)
+    if run.stood_in is not None:
+        write_marker(out, run.path, run.stood_in, command="tune")
     for server in trials:  # a resumed tune keeps the trial servers it already added
         _add_server(out, server)
     slo = resolve_slo(spec.slo)
-    target = Target(tune, full.label, probe.label, load, slo, runner=runner, rehearse=rehearse)
+    target = Target(tune, full.label, probe.label, load, slo, runner=runner, tag=run.tag)
     storage = JournalStorage(JournalFileBackend(str(out / STUDY_FILE)))
     picks: list[Pick] = []
     studies: dict[str, optuna.Study] = {}
@@ -126,10 +128,10 @@ def tune_campaign(
         found = figures(base_cells[g.label], target, _gpus(dict(g.server.knobs), g.backend))
         untuned[g.label] = _untuned_row(g, found, target)
     result = _result(spec, tune, target, groups, studies, picks, untuned, time.monotonic() - started)
-    if rehearse:
-        result["rehearsal"] = {"source_campaign": str(path), "gpu_host": gpu_host_text(out)}
+    if run.rehearsal:
+        result["rehearsal"] = {"source_campaign": str(run.path), "gpu_host": gpu_host_text(out)}
     write_json(out / RESULT_FILE, result)
-    _write_best(original, picks, out, rehearse=rehearse)
+    _write_best(run, picks, out)
     return tune_report.write(out, result)
 
 

@@ -10,6 +10,8 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
+from bakeoff.backends.knobs import broken_constraints, check_knob
+from bakeoff.backends.spec import KnobValue
 from bakeoff.campaign import quality
 from bakeoff.campaign.tune.figures import WORST, _gpus, figures, objective, ranked_goodput
 from bakeoff.campaign.tune.folder import Target, _add_server, measure
@@ -19,8 +21,6 @@ from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.results.layout import (
     QUALITY_FILE,
 )
-from bakeoff.serving.backends import KnobValue
-from bakeoff.serving.knobs import broken_constraints, check_knob
 
 PRUNE_PERCENTILE = 25.0  # "clearly bad": a probe in the worst quarter of the probes so far
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the tune prints its own line per trial

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from bakeoff.backends.knobs import resolve_space
+from bakeoff.backends.server_config import ServerConfig
+from bakeoff.backends.spec import BackendSpec, KnobValue, load_backend
+from bakeoff.backends.tune_space import KnobRange, TuneSpace, ordered
 from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import BackendSpec, KnobValue, load_backend
-from bakeoff.serving.cpu_checks import host_cpu_flags, refusal
-from bakeoff.serving.knobs import resolve_space
-from bakeoff.serving.server_config import ServerConfig
-from bakeoff.serving.tune_space import KnobRange, TuneSpace, ordered
+from bakeoff.host.cpu_checks import host_cpu_flags, refusal
 from bakeoff.workloads.kinds import ConcurrencySweep, OpenLoop, Workload
 
 

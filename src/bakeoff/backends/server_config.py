@@ -1,16 +1,19 @@
 """A campaign's ``servers:`` entry: one backend with one knob set, the unit that gets launched.
 
 Validated where the user wrote it (label, URL, API-key variable, headers, image tag), so a bad
-server entry fails before anything starts; :mod:`bakeoff.serving.launchers` starts it.
+server entry fails before anything starts; :mod:`bakeoff.serving.launchers` starts it. A
+rehearsal's servers carry ``launcher: rehearsal`` (:meth:`ServerConfig.for_rehearsal`, set by
+``--rehearse``, never by hand): that, not a flag passed along, is what starts a GPU backend's
+reference-server stand-in instead of its container.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from bakeoff.measure.auth import env_name_problem, header_problem
 from bakeoff.schema import Strict
@@ -45,6 +48,28 @@ class ServerConfig(Strict):
     gpu_type: str | None = Field(
         default=None, description="campaign run --ray: GPU model this server needs (Ray's accelerator type, e.g. H100)"
     )
+    launcher: Literal["rehearsal"] | None = Field(
+        default=None,
+        description="set by --rehearse, never by hand: a GPU backend's reference-server stand-in starts "
+        "instead of its container",
+    )
+
+    def for_rehearsal(self) -> ServerConfig:
+        """This server in a rehearsal: a GPU backend's stand-in starts in place of its container."""
+        return self.model_copy(update={"launcher": "rehearsal"})
+
+    @property
+    def rehearsed(self) -> bool:
+        """Whether this server belongs to a rehearsal (nothing it serves is a measurement)."""
+        return self.launcher == "rehearsal"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Unset, the launcher is left out: a measured server's record and fingerprint read as before it existed.
+        data: dict[str, Any] = handler(self)
+        if self.launcher is None:
+            data.pop("launcher", None)
+        return data
 
     @field_validator("url")
     @classmethod

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from bakeoff.backends.knobs import check_knob, value_key
+from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.errors import SpecError
-from bakeoff.serving.backends import BackendSpec, KnobValue
-from bakeoff.serving.knobs import check_knob, value_key
 
 CPUINFO = Path("/proc/cpuinfo")
 

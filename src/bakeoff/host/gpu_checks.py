@@ -16,7 +16,7 @@
   (``needs_model_dtype``: vLLM 0.33's bfloat16 KV cache) is checked against the ``dtype``
   knob, or the checkpoint's ``config.json`` when dtype is auto (:func:`check_model_dtype`).
 
-Everything here is pure (``nvidia-smi`` is asked by :func:`bakeoff.serving.gpus.query_nvidia_smi`),
+Everything here is pure (``nvidia-smi`` is asked by :func:`bakeoff.host.gpus.query_nvidia_smi`),
 so it is tested with sample ``nvidia-smi`` outputs and temporary checkpoint folders.
 """
 
@@ -27,9 +27,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from bakeoff.backends.knobs import draft_model_knob
+from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.serving.backends import BackendSpec, KnobValue
-from bakeoff.serving.knobs import draft_model_knob
 
 QUANT_CONFIG = "hf_quant_config.json"
 _CUDA_VERSION = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")

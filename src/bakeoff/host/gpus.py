@@ -1,7 +1,7 @@
 """What this machine's NVIDIA GPUs are, asked in one place: ``nvidia-smi`` and NVML.
 
 - :func:`query_nvidia_smi`: what plain ``nvidia-smi`` prints, whose ``CUDA Version`` the
-  pre-start check reads (:mod:`bakeoff.serving.gpu_checks`); a missing or failing one is a
+  pre-start check reads (:mod:`bakeoff.host.gpu_checks`); a missing or failing one is a
   LaunchError, since a GPU backend cannot start without the driver.
 - :func:`gpus`: (name, driver version) per GPU from ``nvidia-smi --query-gpu``, what a run's
   origin and a Ray node's facts record; empty on a machine without one, asked once per process.

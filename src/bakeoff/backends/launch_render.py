@@ -4,7 +4,7 @@
 environment variables, config-file keys) into what a launcher runs, refusing two knobs
 on one flag. :func:`render_engine_build` renders TensorRT-LLM's engine-build steps with
 the baked knobs appended; :func:`change_cost` says what going from one knob set to
-another takes. The backend specs themselves are :mod:`bakeoff.serving.backends`.
+another takes. The backend specs themselves are :mod:`bakeoff.backends.spec`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
+from bakeoff.backends.knobs import PLACEHOLDER, check_fills, check_knob, fill, fill_values, launch_warnings, value_key
+from bakeoff.backends.spec import DRAFT_MOUNT, BackendSpec, ChangeCost, KnobSpec, KnobValue
 from bakeoff.errors import KnobError, SpecError
-from bakeoff.serving.backends import DRAFT_MOUNT, BackendSpec, ChangeCost, KnobSpec, KnobValue
-from bakeoff.serving.knobs import PLACEHOLDER, check_fills, check_knob, fill, fill_values, launch_warnings, value_key
 
 
 @dataclass

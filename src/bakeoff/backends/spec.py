@@ -8,8 +8,8 @@ knob the backend lacks, or a value it does not accept, naming both, before anyth
 A knob may also feed an *engine build* (TensorRT-LLM's engine flow): ``build_step`` names
 the ``engine_build.steps`` entry its flag is appended to, and such a knob always costs a
 rebuild to change. A ``tune:`` block declares the knob space ``bakeoff tune`` searches
-(:mod:`bakeoff.serving.tune_space`). Rendering a launch or an engine build for one knob set is
-:mod:`bakeoff.serving.launch_render`; the build itself, timed and cached, lives in
+(:mod:`bakeoff.backends.tune_space`). Rendering a launch or an engine build for one knob set is
+:mod:`bakeoff.backends.launch_render`; the build itself, timed and cached, lives in
 :mod:`bakeoff.serving.engine_build`.
 """
 
@@ -23,11 +23,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bakeoff.backends.tune_space import KnobValue as KnobValue  # re-exported: every knob value's type
+from bakeoff.backends.tune_space import TuneSpace
 from bakeoff.errors import SpecError
 from bakeoff.paths import BACKENDS_ENV, backend_dirs, shipped
 from bakeoff.schema import format_validation_error
-from bakeoff.serving.tune_space import KnobValue as KnobValue  # re-exported: every knob value's type
-from bakeoff.serving.tune_space import TuneSpace
 
 # The shared vocabulary: every backend maps a subset of these, never anything else.
 KNOB_VOCABULARY: dict[str, str] = {
@@ -58,7 +58,7 @@ BACKENDS_DIR = shipped("backends")
 DRAFT_MOUNT = "/draft"
 
 ChangeCost = Literal["nothing", "restart", "rebuild"]
-# What a memory-share knob is a share of (serving.kv_pool maps one KV-pool intent through it).
+# What a memory-share knob is a share of (backends.kv_pool maps one KV-pool intent through it).
 MemoryBasis = Literal["total", "total_static", "free_after_load"]
 
 
@@ -307,7 +307,7 @@ class BackendSpec(_Strict):
     preflight: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None, description="whose own parser `bakeoff campaign preflight` checks the rendered launch with"
     )
-    tune: TuneSpace | None = Field(default=None, description="what bakeoff tune searches (serving.tune_space)")
+    tune: TuneSpace | None = Field(default=None, description="what bakeoff tune searches (backends.tune_space)")
 
     @model_validator(mode="after")
     def _consistent(self) -> BackendSpec:

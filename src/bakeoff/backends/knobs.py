@@ -1,6 +1,6 @@
 """Knob values: checking one against a backend, and the parts of rendering that need values.
 
-:mod:`bakeoff.serving.backends` owns the specs and assembles a launch; this module owns what a
+:mod:`bakeoff.backends.spec` owns the specs and assembles a launch; this module owns what a
 *value* may be and what it implies:
 
 - :func:`check_knob` refuses a knob the backend lacks, a value outside its choices or
@@ -18,7 +18,7 @@
 - :func:`effective_dtypes` says what a server stores weights and KV cache in.
 - :func:`model_file_choice` reads the knob that picks the model file (``model_file: true``,
   llama.cpp's ``quantization``), which renders no flag: the launcher serves that file.
-- :func:`resolve_space` checks a tune space (:mod:`bakeoff.serving.tune_space`) against the
+- :func:`resolve_space` checks a tune space (:mod:`bakeoff.backends.tune_space`) against the
   backend: every range's bounds and every choice must pass :func:`check_knob`;
   :func:`broken_constraints` words the constraints a trial's knob values break.
 """
@@ -30,13 +30,13 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from bakeoff.backends.spec import KNOB_VOCABULARY
 from bakeoff.errors import KnobError, SpecError
 from bakeoff.schema import did_you_mean
-from bakeoff.serving.backends import KNOB_VOCABULARY
 
 if TYPE_CHECKING:
-    from bakeoff.serving.backends import BackendSpec, KnobSpec, KnobValue
-    from bakeoff.serving.tune_space import TuneSpace
+    from bakeoff.backends.spec import BackendSpec, KnobSpec, KnobValue
+    from bakeoff.backends.tune_space import TuneSpace
 
 # {name} or {name+N}; other braces (JSON, shell) are left alone.
 PLACEHOLDER = re.compile(r"\{([a-z_]+)(?:\+(\d+))?\}")
@@ -252,7 +252,7 @@ def resolve_space(backend: BackendSpec, space: TuneSpace, where: str, only: list
 
     ``only``: knobs a campaign asked for; one without a range anywhere names the fix.
     """
-    from bakeoff.serving.backends import KNOB_VOCABULARY
+    from bakeoff.backends.spec import KNOB_VOCABULARY
 
     unknown = sorted(space.named() - set(KNOB_VOCABULARY))
     if unknown:

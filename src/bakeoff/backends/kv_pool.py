@@ -33,9 +33,9 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from bakeoff.backends.spec import BackendSpec, KnobValue, MemoryBasis
 from bakeoff.errors import KnobError
 from bakeoff.schema import Strict
-from bakeoff.serving.backends import BackendSpec, KnobValue, MemoryBasis
 
 KNOB = "gpu_memory_utilization"
 BASIS_TEXT: dict[MemoryBasis, str] = {

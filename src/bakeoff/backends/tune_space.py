@@ -15,7 +15,7 @@ A backend YAML's ``tune:`` block declares, per vocabulary knob, a range (``low``
 
 A campaign's ``tune:`` section overrides single knobs' ranges and picks which knobs are
 searched (:meth:`TuneSpace.merged`). Every bound and choice is checked against the backend's
-own knob spec when the space is resolved (:func:`bakeoff.serving.knobs.resolve_space`), so a range
+own knob spec when the space is resolved (:func:`bakeoff.backends.knobs.resolve_space`), so a range
 the framework cannot take fails before any server starts, naming the knob and the fix.
 
 Knobs are searched in the advisor's cost order (:data:`COST_ORDER`, cheapest to try first:
