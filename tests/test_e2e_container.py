@@ -4,8 +4,11 @@ The shipped cpu-container campaign, with its second server a llama.cpp process i
 second vLLM-CPU start (its one minute of both cores bought nothing the container and the
 INT4 test's process launch do not already show): the campaign launches both itself — the
 container through the launcher GPUs use, llama.cpp as a campaign starts any local engine —
-runs each cell's notebook, renders the report and is read in headless Chromium
-(tests/browser.py). This is the suite's one campaign that starts real engines of its own, so it
+measures each cell in its own process (a notebook kernel per cell is the same measuring code
+behind a transport; tests/test_resume.py and tests/test_packaging.py run cells through kernels,
+and four kernel starts here cost about 20 CPU-s of a busy phase), renders the report in its
+notebook kernel and is read in headless Chromium (tests/browser.py). This is the suite's one
+campaign that starts real engines of its own, so it
 is where the measured start (cold start, flags changed in the effort table), cost and SLO
 figures are checked on real engines, and where llama.cpp runs inside a campaign.
 """
@@ -60,7 +63,7 @@ def test_vllm_cpu_in_a_container_and_llamacpp_as_a_process_through_a_campaign(
     podman: str, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "container"
-    report = run_campaign(_container_and_llamacpp(tmp_path / "c.yaml"), out_dir=out)
+    report = run_campaign(_container_and_llamacpp(tmp_path / "c.yaml"), out_dir=out, cell_notebooks=False)
     assert not leftover_containers(podman)
     # Before any start, the container's launch was parsed by vLLM's own parser in its image
     # (a refusal, and the process launch's parse: tests/test_preflight.py).
@@ -82,9 +85,9 @@ def test_vllm_cpu_in_a_container_and_llamacpp_as_a_process_through_a_campaign(
     assert effort.loc["vllm-container", "cold start s"] > 0
     assert effort.loc["vllm-container", "image build s"] > 0
 
-    # The process: every cell ran its notebook; effort, cost and SLO reached the summary.
+    # The process: effort, cost and SLO reached the summary; the report ran in its kernel.
     cell = out / "cells" / "llamacpp-process__sweep"
-    assert (cell / "bench.ipynb").is_file() and (out / "compare.ipynb").is_file()
+    assert (out / "compare.ipynb").is_file()
     summary = read_summary(cell / "runs" / "c4" / "summary.json")
     assert summary.effort is not None and summary.cost is not None and summary.slo is not None
     assert summary.effort.cold_start_s and summary.effort.cold_start_s > 0
