@@ -40,7 +40,6 @@ class StreamState:
         "error_body",
         "event_ns",
         "events",
-        "last_ns",
         "parsed",
         "phases",
         "read_ns",
@@ -63,7 +62,10 @@ class StreamState:
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.error_body = b""
-        self.last_ns = 0
+
+    def last_heard_ns(self) -> int:
+        """When the server was last heard from: the last read's stamp, else the request's send."""
+        return self.read_ns[-1] if self.read_ns else self.record.start_ns
 
     def on_headers(self, status: int, now: int) -> None:
         self.record.headers_ns = now
