@@ -307,6 +307,7 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
     wall_start = time.perf_counter()
     with asyncio.Runner(loop_factory=LOOPS[args.loop]) as runner:
         records, cpu_s = runner.run(drive(settings, level, count, args.output_tokens))
+        event_loop = type(runner.get_loop()).__module__  # what the client really ran on: "uvloop" or "asyncio..."
     wall_s = time.perf_counter() - wall_start
     after = server_counters(base_url)
     floor_us: dict[bool, float] = {}
@@ -342,6 +343,7 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
     tpot_mean = statistics.fmean(tpots) if tpots else float("nan")
     return {
         "concurrency": level,
+        "event_loop": event_loop,
         "load_avg_1m": os.getloadavg()[0],  # other work on the machine: read the row with it
         "requests": len(ok),
         "failed": sum(not r.ok for r in records),
