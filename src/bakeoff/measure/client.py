@@ -2,14 +2,15 @@
 
 The hot path runs in the read callback of an asyncio protocol (a plain one on uvloop, which
 campaigns run on; a buffered one on asyncio's own loop): each received segment is stamped
-with ``perf_counter_ns`` the moment the event loop hands it over and kept, raw. A read of a chunked 200 stream that ends an event and a chunk cannot
-end the response, so it is only kept; the next read that can (or that may hold an error
-object) parses every kept read at its own stamp, de-chunked (:mod:`bakeoff.measure.http1`)
-and split into SSE events, the usual one-event-a-chunk run of reads in one batch. The
-JSON is parsed once the stream is over. There are no stream-reader futures, task
-switches or timer re-arms per chunk: a general HTTP client spends several times the CPU
-per chunk, which at a few hundred streams is what limits a measurement. Everything
-derived (token shares per chunk, fallback token counts) happens after the stream ends.
+with ``perf_counter_ns`` the moment the event loop hands it over and kept, raw. A read of a
+chunked 200 stream that ends an event and a chunk cannot end the response, so it is only
+kept; the next read that can (or that may hold an error object) parses every kept read at
+its own stamp, de-chunked (:mod:`bakeoff.measure.http1`) and split into SSE events, the
+usual one-event-a-chunk run of reads in one batch. The JSON is parsed once the stream is
+over. There are no stream-reader futures, task switches or timer re-arms per chunk: a
+general HTTP client spends several times the CPU per chunk, which at a few hundred streams
+is what limits a measurement. Everything derived (token shares per chunk, fallback token
+counts) happens after the stream ends.
 Connections are kept alive and reused. Failures never raise out of
 :meth:`StreamingClient.send`: they become records with an ``error_kind``. What one response
 has shown so far is :class:`~bakeoff.measure.stream_state.StreamState`; this module is the transport.
