@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import accumulate, repeat
+from operator import add
 from typing import Literal
 
 HEADER_LIMIT = 1 << 16
@@ -104,7 +105,7 @@ class ResponseParser:
         if 0 in lengths or lengths != list(map(len, data)):
             return None
         # Where each chunk (size line, data, two CRLFs) and each read end in the joined bytes.
-        chunk_ends = list(accumulate(len(size) + n + 4 for size, n in zip(sizes, lengths, strict=True)))
+        chunk_ends = list(accumulate(map(add, map(add, map(len, sizes), lengths), repeat(4))))
         read_ends = list(accumulate(map(len, reads)))
         if read_ends == chunk_ends:  # one chunk a read, as an idle client reads them
             return data, list(range(len(reads)))
