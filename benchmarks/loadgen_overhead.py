@@ -9,6 +9,10 @@ client and closed-loop load generator at several concurrency levels and reports,
   holds all a run does while it runs;
 - timing error: measured mean TTFT and TPOT against the configured values, in percent;
 - the server's own schedule lateness and CPU, to tell client error from server error;
+- with ``--floor``, what reading alone costs: do-nothing readers (a plain protocol, as the
+  client's on uvloop, and a buffered one) on the same staggered load, per read and (the
+  plain one) per server chunk; a stream's chunks mostly come a read each, so the client's
+  figure per chunk cannot go far below this one's;
 - with ``--aiohttp``, the CPU per chunk of a plain aiohttp client (its stream reader,
   one line at a time, as a general HTTP client reads SSE) on the same staggered load:
   the number that justifies keeping bakeoff's own client;
@@ -106,11 +110,13 @@ def _sink(records: list[RequestRecord], journal: RecordJournal) -> Callable[[Req
     return keep
 
 
-class _NullReader(asyncio.BufferedProtocol):
-    """Reads responses and does nothing with them: what the event loop and kernel cost alone."""
+class _NullReader(asyncio.Protocol):
+    """Reads responses and does nothing with them: what the event loop and kernel cost alone.
 
-    def __init__(self, buffer: memoryview) -> None:
-        self.buffer = buffer
+    A plain protocol, as the client's own on uvloop: one call a read with the bytes read.
+    """
+
+    def __init__(self) -> None:
         self.reads = 0
         self.transport: asyncio.Transport | None = None
         self.done: asyncio.Future[None] | None = None
@@ -118,17 +124,28 @@ class _NullReader(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
+    def data_received(self, data: bytes) -> None:
+        self.reads += 1
+        # The terminal chunk arrives in the same read as the last event.
+        if self.done is not None and data.endswith(b"0\r\n\r\n"):
+            self.done.set_result(None)
+
+
+class _NullBufferedReader(_NullReader, asyncio.BufferedProtocol):
+    """:class:`_NullReader` reading into one shared buffer, as the client's protocol on asyncio's own loop."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__()
+        self.buffer = buffer
+
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.reads += 1
-        # The terminal chunk arrives in the same read as the last event.
-        if self.done is not None and self.buffer[nbytes - 5 : nbytes].tobytes() == b"0\r\n\r\n":
-            self.done.set_result(None)
+        self.data_received(self.buffer[nbytes - 5 : nbytes].tobytes())
 
 
-async def drive_floor(base_url: str, level: int, count: int, max_tokens: int) -> tuple[int, float]:
+async def drive_floor(base_url: str, level: int, count: int, max_tokens: int, buffered: bool) -> tuple[int, float]:
     """The same staggered closed loop, read by null readers; return reads and CPU seconds."""
     loop = asyncio.get_running_loop()
     host, port = base_url.removeprefix("http://").split(":")
@@ -146,7 +163,10 @@ async def drive_floor(base_url: str, level: int, count: int, max_tokens: int) ->
             await reader.done
         reader.transport.close()
 
-    readers = [(await loop.create_connection(lambda: _NullReader(buffer), host, int(port)))[1] for _ in range(level)]
+    def reader() -> _NullReader:
+        return _NullBufferedReader(buffer) if buffered else _NullReader()
+
+    readers = [(await loop.create_connection(reader, host, int(port)))[1] for _ in range(level)]
     cpu_start = time.process_time()
     await asyncio.gather(*(worker(r) for r in readers))
     return sum(r.reads for r in readers), time.process_time() - cpu_start
@@ -287,13 +307,18 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
     wall_start = time.perf_counter()
     with asyncio.Runner(loop_factory=LOOPS[args.loop]) as runner:
         records, cpu_s = runner.run(drive(settings, level, count, args.output_tokens))
+        event_loop = type(runner.get_loop()).__module__  # what the client really ran on: "uvloop" or "asyncio..."
     wall_s = time.perf_counter() - wall_start
     after = server_counters(base_url)
-    floor_us = None
-    if args.floor:
+    floor_us: dict[bool, float] = {}
+    floor_chunk_us = None
+    for buffered in (False, True) if args.floor else ():
+        sent = server_counters(base_url)["bakeoff_ref_chunks_total"]
         with asyncio.Runner(loop_factory=LOOPS[args.loop]) as runner:
-            reads, floor_cpu = runner.run(drive_floor(base_url, level, count, args.output_tokens))
-        floor_us = floor_cpu / reads * 1e6
+            reads, floor_cpu = runner.run(drive_floor(base_url, level, count, args.output_tokens, buffered))
+        floor_us[buffered] = floor_cpu / reads * 1e6
+        if not buffered:  # per chunk as the comparison counts them: the server's chunks
+            floor_chunk_us = floor_cpu / (server_counters(base_url)["bakeoff_ref_chunks_total"] - sent) * 1e6
     aiohttp_us = None
     if args.aiohttp:
         with asyncio.Runner(loop_factory=LOOPS[args.loop]) as runner:
@@ -318,6 +343,7 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
     tpot_mean = statistics.fmean(tpots) if tpots else float("nan")
     return {
         "concurrency": level,
+        "event_loop": event_loop,
         "load_avg_1m": os.getloadavg()[0],  # other work on the machine: read the row with it
         "requests": len(ok),
         "failed": sum(not r.ok for r in records),
@@ -326,7 +352,9 @@ def measure_level(base_url: str, args: argparse.Namespace, level: int) -> dict[s
         "client_cpu_s": cpu_s,
         "client_cpu_us_per_chunk": cpu_s / chunks * 1e6 if chunks else None,
         "client_cpu_pct": cpu_s / wall_s * 100,
-        "floor_cpu_us_per_read": floor_us,
+        "floor_cpu_us_per_read": floor_us.get(False),
+        "floor_cpu_us_per_chunk": floor_chunk_us,
+        "floor_buffered_cpu_us_per_read": floor_us.get(True),
         "aiohttp_cpu_us_per_chunk": aiohttp_us,
         "ttft_ms_mean": ttft_mean,
         "ttft_ms_p99": sorted(ttfts)[int(0.99 * (len(ttfts) - 1))] if ttfts else None,
@@ -353,6 +381,8 @@ COLUMNS = [  # header, key, format
     ("cli us/chunk", "client_cpu_us_per_chunk", "{:>12.1f}"),
     ("cli cpu%", "client_cpu_pct", "{:>8.1f}"),
     ("floor us", "floor_cpu_us_per_read", "{:>8.1f}"),
+    ("floor us/chunk", "floor_cpu_us_per_chunk", "{:>14.1f}"),
+    ("floor buf us", "floor_buffered_cpu_us_per_read", "{:>12.1f}"),
     ("aiohttp us", "aiohttp_cpu_us_per_chunk", "{:>10.1f}"),
     ("hdr ms", "headers_ms_mean", "{:>6.2f}"),
     ("TTFT ms", "ttft_ms_mean", "{:>8.2f}"),
@@ -390,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2, help="requests per level = rounds x level")
     parser.add_argument("--min-requests", type=int, default=4)
-    parser.add_argument("--floor", action="store_true", help="also time a do-nothing reader on the same streams")
+    parser.add_argument(
+        "--floor", action="store_true", help="also time do-nothing readers (plain and buffered) on the same streams"
+    )
     parser.add_argument("--aiohttp", action="store_true", help="also time a plain aiohttp client on the same load")
     parser.add_argument("--repeat", type=int, default=1, help="runs per level; the gate uses their median")
     parser.add_argument("--loop", choices=sorted(LOOPS), default="uvloop", help="the runner drives the load on uvloop")

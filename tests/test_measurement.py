@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pytest
+import uvloop
 
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
@@ -39,9 +40,25 @@ from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
 from plan_workloads import CLOSED
 
+T = TypeVar("T")
 TTFT_MS = 100.0
 ITL_MS = 20.0
 BAKEOFF = Path(sys.executable).with_name("bakeoff")
+
+
+# Campaigns read on uvloop (a plain protocol there), tests mostly on asyncio's own loop (a
+# buffered one): the tests of how a stream is read and how it fails run on both.
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def loop_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def run_on(loop_name: str, coro: Coroutine[Any, Any, T]) -> T:
+    with asyncio.Runner(loop_factory=LOOPS[loop_name]) as runner:
+        return runner.run(coro)
 
 
 @pytest.fixture(scope="module")
@@ -68,18 +85,22 @@ def planned(
     ]
 
 
-def run(config: ClientSettings, items: list[PlannedRequest], concurrency: int = 1) -> list[RequestRecord]:
+def run(
+    config: ClientSettings, items: list[PlannedRequest], concurrency: int = 1, loop_name: str = "asyncio"
+) -> list[RequestRecord]:
     async def drive() -> list[RequestRecord]:
         records: list[RequestRecord] = []
         async with StreamingClient(config) as client:
             await closed_loop(client, items, concurrency, records.append)
         return sorted(records, key=lambda r: r.request_id)
 
-    return asyncio.run(drive())
+    return run_on(loop_name, drive())
 
 
-def one(config: ClientSettings, max_tokens: int = 16, endpoint: str = "completions") -> RequestRecord:
-    return run(config, planned(1, max_tokens, endpoint))[0]
+def one(
+    config: ClientSettings, max_tokens: int = 16, endpoint: str = "completions", loop_name: str = "asyncio"
+) -> RequestRecord:
+    return run(config, planned(1, max_tokens, endpoint), loop_name=loop_name)[0]
 
 
 def server_counters(url: str) -> dict[str, float]:
@@ -214,24 +235,24 @@ def test_http_500(ref_url: str) -> None:
     assert record.error_kind == "http" and record.http_status == 500 and "injected" in record.error
 
 
-def test_cut_stream(ref_url: str) -> None:
-    record = one(settings(ref_url, {"fault": "cut", "itl_ms": 2.0}))
+def test_cut_stream(ref_url: str, loop_name: str) -> None:
+    record = one(settings(ref_url, {"fault": "cut", "itl_ms": 2.0}), loop_name=loop_name)
     assert record.error_kind == "stream_cut"
     assert len(record.chunk_ns) == 8  # what arrived before the cut is kept
     assert record.output_text.split() == [f"w{i}" for i in range(8)]
 
 
-def test_error_object_mid_stream(ref_url: str) -> None:
-    record = one(settings(ref_url, {"fault": "error", "itl_ms": 2.0}))
+def test_error_object_mid_stream(ref_url: str, loop_name: str) -> None:
+    record = one(settings(ref_url, {"fault": "error", "itl_ms": 2.0}), loop_name=loop_name)
     assert record.error_kind == "protocol" and "engine error" in record.error
 
 
 # The stalling server sends its chunks, then nothing for an hour: only the client's own timeout ends
 # the request. Never before it is due (the server's sleeps and the timeout only add up), and long
 # before the stall would end (bounds one-sided and generous: no millisecond asserted beside other tests).
-def test_stall_longer_than_the_stall_timeout(ref_url: str) -> None:
+def test_stall_longer_than_the_stall_timeout(ref_url: str, loop_name: str) -> None:
     started = time.monotonic()
-    record = one(settings(ref_url, {"fault": "stall", "itl_ms": 2.0}, stall_timeout_s=0.5))
+    record = one(settings(ref_url, {"fault": "stall", "itl_ms": 2.0}, stall_timeout_s=0.5), loop_name=loop_name)
     assert record.error_kind == "stall"
     assert time.monotonic() - started < 10.0
     assert e2e_ms(record) >= TTFT_MS + 7 * 2.0 + 500.0 - 1.0  # 0.5 s of silence after the last of 8 chunks
@@ -393,7 +414,7 @@ class OneAnswerPerConnection:
         writer.close()
 
 
-def test_kept_alive_connection_closed_by_the_server_is_retried() -> None:
+def test_kept_alive_connection_closed_by_the_server_is_retried(loop_name: str) -> None:
     """A server may close an idle connection just as the next request goes out on it."""
     server = OneAnswerPerConnection()
 
@@ -406,12 +427,12 @@ def test_kept_alive_connection_closed_by_the_server_is_retried() -> None:
                 records.append(await client.send(item, RequestRecord(item.request_id)))
         return records
 
-    records = asyncio.run(drive())
+    records = run_on(loop_name, drive())
     assert [r.error_kind for r in records] == [None, None]
     assert server.connections == 2
 
 
-def test_the_retry_after_a_closed_idle_connection_goes_out_on_a_new_one() -> None:
+def test_the_retry_after_a_closed_idle_connection_goes_out_on_a_new_one(loop_name: str) -> None:
     """The server closed both idle connections of the pool: the retry must not take the other."""
     server = OneAnswerPerConnection(answer_after_s=0.05)  # both first requests in flight: two connections
 
@@ -429,7 +450,7 @@ def test_the_retry_after_a_closed_idle_connection_goes_out_on_a_new_one() -> Non
             records.append(await client.send(third, RequestRecord(third.request_id)))
         return records
 
-    records = asyncio.run(drive())
+    records = run_on(loop_name, drive())
     assert [r.error_kind for r in records] == [None, None, None]
     assert server.connections == 3  # two for the pair; the third request's retry opened the third
 
@@ -480,9 +501,9 @@ async def one_request(server: PiecemealStream) -> RequestRecord:
         return await client.send(item, RequestRecord(item.request_id))
 
 
-def test_a_stream_in_pieces_is_read_whole_with_each_event_at_its_own_read() -> None:
+def test_a_stream_in_pieces_is_read_whole_with_each_event_at_its_own_read(loop_name: str) -> None:
     """Reads that wait to be parsed (data_received) keep their own stamps; a split end still ends the response."""
-    record = asyncio.run(one_request(PiecemealStream()))
+    record = run_on(loop_name, one_request(PiecemealStream()))
     assert record.ok, record.error
     assert record.output_text == " a b c d" and record.completion_tokens == 4 and record.finish_reason == "length"
     # Four content chunks from four reads (the split event at its second half), each later than the one before.
@@ -509,9 +530,9 @@ class QueuedStream(PiecemealStream):
         ]
 
 
-def test_chunks_queued_in_one_read_share_its_stamp() -> None:
+def test_chunks_queued_in_one_read_share_its_stamp(loop_name: str) -> None:
     """The batch path takes a read of several whole chunks: each event keeps the stamp of the read it came in."""
-    record = asyncio.run(one_request(QueuedStream()))
+    record = run_on(loop_name, one_request(QueuedStream()))
     assert record.ok, record.error
     assert record.output_text == " a b c d" and record.completion_tokens == 4 and record.chunk_tokens == [1] * 4
     a, b, c, d = record.chunk_ns

@@ -223,7 +223,7 @@ def test_split_tokens_always_sums_to_total(total: int, weights: list[int]) -> No
 
 
 def test_single_events_take_one_event_a_chunk_as_feed_does() -> None:
-    chunks = [b'data: {"a": 1}\n\n', b"data: x\n\n", b"data: [DONE]\n\n"]
+    chunks = [b'data: {"a": 1}\n\n', b"data: x\n\n", b'data: {"t": "data: y"}\n\n', b"data: [DONE]\n\n"]
     single = SSEDecoder()
     assert SSEDecoder().single_events(chunks) == [e for c in chunks for e in single.feed(c)]
 
@@ -233,6 +233,7 @@ def test_single_events_take_one_event_a_chunk_as_feed_does() -> None:
     [
         [b"data: a\n\ndata: b\n\n"],  # two events in one chunk
         [b"data: a\n", b"\n"],  # one event over two chunks
+        [b"data: a\n", b"\ndata: b\n\n"],  # two newlines a chunk in all, but a blank line over two
         [b"data: a\ndata: b\n\n"],  # a two-line event
         [b": keep-alive\n\n"],  # a comment
         [b"data: a\r\n\r\n"],  # CRLF line ends

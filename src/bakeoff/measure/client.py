@@ -1,15 +1,16 @@
 """One streaming request in, one :class:`RequestRecord` out.
 
-The hot path runs in the read callback of an :class:`asyncio.BufferedProtocol`: each
-received segment is stamped with ``perf_counter_ns`` the moment the event loop hands it
-over and kept, raw. A read of a chunked 200 stream that ends an event and a chunk cannot
-end the response, so it is only kept; the next read that can (or that may hold an error
-object) parses every kept read at its own stamp, de-chunked (:mod:`bakeoff.measure.http1`)
-and split into SSE events, the usual one-event-a-chunk run of reads in one batch. The
-JSON is parsed once the stream is over. There are no stream-reader futures, task
-switches or timer re-arms per chunk: a general HTTP client spends several times the CPU
-per chunk, which at a few hundred streams is what limits a measurement. Everything
-derived (token shares per chunk, fallback token counts) happens after the stream ends.
+The hot path runs in the read callback of an asyncio protocol (a plain one on uvloop, which
+campaigns run on; a buffered one on asyncio's own loop): each received segment is stamped
+with ``perf_counter_ns`` the moment the event loop hands it over and kept, raw. A read of a
+chunked 200 stream that ends an event and a chunk cannot end the response, so it is only
+kept; the next read that can (or that may hold an error object) parses every kept read at
+its own stamp, de-chunked (:mod:`bakeoff.measure.http1`) and split into SSE events, the
+usual one-event-a-chunk run of reads in one batch. The JSON is parsed once the stream is
+over. There are no stream-reader futures, task switches or timer re-arms per chunk: a
+general HTTP client spends several times the CPU per chunk, which at a few hundred streams
+is what limits a measurement. Everything derived (token shares per chunk, fallback token
+counts) happens after the stream ends.
 Connections are kept alive and reused. Failures never raise out of
 :meth:`StreamingClient.send`: they become records with an ``error_kind``. What one response
 has shown so far is :class:`~bakeoff.measure.stream_state.StreamState`; this module is the transport.
@@ -95,24 +96,23 @@ def header_block(headers: dict[str, str]) -> str:
     return "".join(f"{name}: {value}\r\n" for name, value in headers.items())
 
 
-class _Connection(asyncio.BufferedProtocol):
+class _Connection(asyncio.Protocol):
     """One kept-alive HTTP/1.1 connection; serves one request at a time.
 
-    Reads land in a buffer shared by every connection of the pool: the loop reads into it
-    and hands it to :meth:`buffer_updated` before the next read, so no connection needs
-    its own, and the loop does not allocate (and the kernel zero) a fresh 256 KiB
-    buffer per read as it does for a plain protocol.
+    A plain protocol, for uvloop: it reads into one buffer of its own and hands over a bytes
+    copy of exactly what arrived, one call per read. A buffered protocol costs uvloop two
+    Python calls a read (``get_buffer``, ``buffer_updated``), a buffer export and a slice;
+    asyncio's own loop is the other way round (:class:`_BufferedConnection`).
     """
 
-    def __init__(self, buffer: memoryview) -> None:
-        self._buffer = buffer
+    def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = ResponseParser()
         self.stream: StreamState | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.live = False  # a request is in flight and not resolved: its bytes are wanted
         self.closed = False
         self.reused = False
-        self.received = False  # any byte of the current response
         self.streaming = False  # a chunked 200 body: reads that cannot end it wait (data_received)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -124,27 +124,19 @@ class _Connection(asyncio.BufferedProtocol):
         self.parser = ResponseParser()
         self.stream = stream
         self.waiter = waiter
-        self.received = False
+        self.live = True
         self.streaming = False
         now = _perf_ns()
-        stream.last_ns = now
         self.transport.write(request)
         return now
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._buffer[:nbytes].tobytes())
-
     def data_received(self, data: bytes) -> None:
+        # The whole per-read work: a stamp, the raw bytes kept, two checks on their end.
         now = _perf_ns()
         stream = self.stream
-        if stream is None or self.waiter is None or self.waiter.done():
+        if stream is None or not self.live:
             self.close()  # bytes nobody asked for: this connection is not reusable
             return
-        self.received = True
-        stream.last_ns = now
         stream.reads.append(data)
         stream.read_ns.append(now)
         # In a chunked 200 stream a read ending an event and a chunk ("\n\n\r\n") cannot end
@@ -215,6 +207,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.resolve(RequestFailure("stream_cut", f"connection lost before the response ended{reason}"))
 
     def resolve(self, outcome: RequestFailure | None) -> None:
+        self.live = False
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             if outcome is None:
@@ -233,11 +226,31 @@ class _Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
 
+class _BufferedConnection(_Connection, asyncio.BufferedProtocol):
+    """:class:`_Connection` for asyncio's own loop, which reads a plain protocol's data into a
+    fresh 256 KiB bytes object per read.
+
+    Here reads land in a buffer shared by every connection of the pool: the loop reads into
+    it and hands it to :meth:`buffer_updated` before the next read, so no connection needs
+    its own.
+    """
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__()
+        self._buffer = buffer
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._buffer[:nbytes].tobytes())
+
+
 class _Watchdog:
     """Fails a request on its total deadline or after ``stall_s`` without a byte.
 
     Arms one timer per request and re-arms it only when it fires, so the per-chunk cost
-    is a single attribute write (``StreamState.last_ns``) instead of a timer per chunk.
+    is nothing: the last read's stamp (:meth:`StreamState.last_heard_ns`) is the last byte's moment.
     """
 
     __slots__ = ("_handle", "_loop", "conn", "end_ns", "stall_s", "stream", "total_s")
@@ -257,7 +270,7 @@ class _Watchdog:
         self._arm(_perf_ns())
 
     def _arm(self, now: int) -> None:
-        due = min(self.end_ns, self.stream.last_ns + int(self.stall_s * 1e9))
+        due = min(self.end_ns, self.stream.last_heard_ns() + int(self.stall_s * 1e9))
         self._handle = self._loop.call_later(max(due - now, 0) / 1e9, self._fire)
 
     def _fire(self) -> None:
@@ -266,7 +279,7 @@ class _Watchdog:
             return
         if now >= self.end_ns:
             self.conn.resolve(RequestFailure("timeout", f"request exceeded {self.total_s:g} s"))
-        elif now - self.stream.last_ns >= self.stall_s * 1e9:
+        elif now - self.stream.last_heard_ns() >= self.stall_s * 1e9:
             self.conn.resolve(RequestFailure("stall", f"no data for {self.stall_s:g} s"))
         else:
             self._arm(now)
@@ -289,7 +302,7 @@ class _Pool:
         self.netloc = url.netloc
         self.prefix = url.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
-        self._buffer = memoryview(bytearray(READ_BUFFER_BYTES))
+        self._buffer: memoryview | None = None  # the buffered connections' read buffer, made when first needed
         self._idle: list[_Connection] = []
         self.busy: set[_Connection] = set()
 
@@ -303,14 +316,22 @@ class _Pool:
                 return conn
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.connect_timeout_s):
-            _, conn = await loop.create_connection(
-                lambda: _Connection(self._buffer), self.host, self.port, ssl=self.ssl
-            )
+            _, conn = await loop.create_connection(self._protocol(loop), self.host, self.port, ssl=self.ssl)
         self.busy.add(conn)
         return conn
 
+    def _protocol(self, loop: asyncio.AbstractEventLoop) -> Callable[[], _Connection]:
+        """The connection class that reads cheapest on ``loop``: plain on uvloop, buffered on asyncio's own."""
+        if type(loop).__module__.startswith("uvloop"):
+            return _Connection
+        if self._buffer is None:
+            self._buffer = memoryview(bytearray(READ_BUFFER_BYTES))
+        buffer = self._buffer
+        return lambda: _BufferedConnection(buffer)
+
     def release(self, conn: _Connection) -> None:
         self.busy.discard(conn)
+        conn.live = False
         conn.stream = None
         conn.waiter = None
         if conn.reusable:
@@ -379,7 +400,7 @@ class StreamingClient:
                     break
                 except RequestFailure as failure:
                     watchdog.cancel()
-                    retry = attempt == 0 and conn.reused and not conn.received
+                    retry = attempt == 0 and conn.reused and not stream.reads  # nothing arrived
                     if retry and failure.kind == "stream_cut":
                         pool.release(conn)
                         conn = None

@@ -10,8 +10,8 @@ upgrades; informational ``1xx`` responses are skipped.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from itertools import accumulate, repeat
+from operator import add
 from typing import Literal
 
 HEADER_LIMIT = 1 << 16
@@ -104,13 +104,16 @@ class ResponseParser:
         if 0 in lengths or lengths != list(map(len, data)):
             return None
         # Where each chunk (size line, data, two CRLFs) and each read end in the joined bytes.
-        chunk_ends = list(accumulate(len(size) + n + 4 for size, n in zip(sizes, lengths, strict=True)))
+        chunk_ends = list(accumulate(map(add, map(add, map(len, sizes), lengths), repeat(4))))
         read_ends = list(accumulate(map(len, reads)))
         if read_ends == chunk_ends:  # one chunk a read, as an idle client reads them
             return data, list(range(len(reads)))
-        if not set(read_ends).issubset(chunk_ends):
+        ends = set(read_ends)
+        if not ends.issubset(chunk_ends):
             return None  # a chunk split over two reads
-        return data, [bisect_left(read_ends, end) for end in chunk_ends]
+        # A chunk's read is the number of reads that ended before it: a running count of the
+        # chunk ends that are read ends.
+        return data, list(accumulate(map(ends.__contains__, chunk_ends[:-1]), initial=0))
 
     def feed_eof(self) -> None:
         """The peer closed; a close-delimited body ends here, any other is truncated."""

@@ -26,7 +26,9 @@ The OpenAI usage field ``completion_tokens_details.reasoning_tokens`` is read wh
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -82,14 +84,17 @@ class SSEDecoder:
         if self._buffer or self._data:
             return None
         blob = b"".join(chunks)
-        events = blob.split(b"\n\n")
-        # One blank line per chunk and no other newline, each chunk ending in its own.
-        if blob.count(b"\n") != 2 * len(chunks) or b"\r" in blob or events[-1]:
+        # Every chunk ends in a blank line and there is no other newline (two a chunk in all):
+        # each chunk is one one-line event, so the payloads split at the chunk ends. No loop
+        # of Python a chunk: these run over every event of a stream.
+        if (
+            blob.count(b"\n") != 2 * len(chunks)
+            or b"\r" in blob
+            or not all(map(bytes.endswith, chunks, repeat(b"\n\n")))
+            or not all(map(bytes.startswith, chunks, repeat(b"data: ")))
+        ):
             return None
-        if list(map(len, chunks)) != [len(e) + 2 for e in events[:-1]]:
-            return None
-        payloads = [e[6:] for e in events[:-1] if e.startswith(b"data: ")]
-        return payloads if len(payloads) == len(chunks) else None
+        return (b"\n\n" + blob[:-2]).split(b"\n\ndata: ")[1:]
 
     def flush(self) -> list[bytes]:
         """Events left when the stream closed without a final blank line."""
@@ -109,42 +114,61 @@ class ChunkInfo:
     reasoning: str | None = None  # reasoning (thinking) text, None when the chunk carries none
 
 
+# What one payload tells, in ChunkInfo's field order: text, finish_reason, usage, error, reasoning.
+ChunkFields = tuple[str | None, str | None, dict[str, Any] | None, str | None, str | None]
+
+
 def read_chunk(payload: bytes) -> ChunkInfo:
     """Interpret one ``data:`` payload of a completions or chat-completions stream."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return ChunkInfo(None, None, None, f"unparseable chunk: {payload[:200]!r}")
-    if not isinstance(obj, dict):
-        return ChunkInfo(None, None, None, f"unexpected chunk: {payload[:200]!r}")
-    error = obj.get("error")
-    if error is not None or obj.get("object") == "error":
-        message = error.get("message", error) if isinstance(error, dict) else (error or obj)
-        return ChunkInfo(None, None, None, str(message)[:500])
-    text = None
-    finish = None
-    reasoning = None
-    choices = obj.get("choices")
-    if choices:
-        choice = choices[0]
-        finish = choice.get("finish_reason")
-        delta = choice.get("delta")
-        # Chat streams put text in delta.content (absent on TensorRT-LLM's role chunk);
-        # completions streams put it in text.
-        if delta is not None:
-            text = delta.get("content")
-            # vLLM's newer name first: where both are sent, one is a copy of the other. Only
-            # text counts (some gateways put an object under "reasoning").
-            reasoning = delta.get("reasoning")
-            if not isinstance(reasoning, str) or not reasoning:
-                reasoning = delta.get("reasoning_content")
+    return ChunkInfo(*next(read_chunks((payload,))))
+
+
+def read_chunks(payloads: Iterable[bytes]) -> Iterator[ChunkFields]:
+    """:func:`read_chunk` over a stream's payloads, each as a plain tuple.
+
+    The form the end of a stream reads its events in (a few dozen to thousands a request): one
+    generator step an event, no object and no call of its own, where the per-event cost of
+    the run is paid.
+    """
+    loads, bad_json = orjson.loads, orjson.JSONDecodeError
+    for payload in payloads:
+        try:
+            obj = loads(payload)
+        except bad_json:
+            yield None, None, None, f"unparseable chunk: {payload[:200]!r}", None
+            continue
+        if not isinstance(obj, dict):
+            yield None, None, None, f"unexpected chunk: {payload[:200]!r}", None
+            continue
+        error = obj.get("error")
+        if error is not None or obj.get("object") == "error":
+            message = error.get("message", error) if isinstance(error, dict) else (error or obj)
+            yield None, None, None, str(message)[:500], None
+            continue
+        text = None
+        finish = None
+        reasoning = None
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            finish = choice.get("finish_reason")
+            delta = choice.get("delta")
+            # Chat streams put text in delta.content (absent on TensorRT-LLM's role chunk);
+            # completions streams put it in text.
+            if delta is not None:
+                text = delta.get("content")
+                # vLLM's newer name first: where both are sent, one is a copy of the other. Only
+                # text counts (some gateways put an object under "reasoning").
+                reasoning = delta.get("reasoning")
                 if not isinstance(reasoning, str) or not reasoning:
-                    reasoning = None
-        else:
-            text = choice.get("text")
-        if not text:
-            text = None
-    return ChunkInfo(text, finish, obj.get("usage"), None, reasoning)
+                    reasoning = delta.get("reasoning_content")
+                    if not isinstance(reasoning, str) or not reasoning:
+                        reasoning = None
+            else:
+                text = choice.get("text")
+            if not text:
+                text = None
+        yield text, finish, obj.get("usage"), None, reasoning
 
 
 def reasoning_tokens_of(usage: dict[str, Any]) -> int | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.measure.sse import DONE, SSEDecoder, read_chunk
+from bakeoff.measure.sse import DONE, SSEDecoder, read_chunk, read_chunks
 from bakeoff.results.records import ANSWER, REASONING, ErrorKind, RequestRecord
 
 ERROR_BODY_LIMIT = 500
@@ -40,7 +40,6 @@ class StreamState:
         "error_body",
         "event_ns",
         "events",
-        "last_ns",
         "parsed",
         "phases",
         "read_ns",
@@ -63,7 +62,10 @@ class StreamState:
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.error_body = b""
-        self.last_ns = 0
+
+    def last_heard_ns(self) -> int:
+        """When the server was last heard from: the last read's stamp, else the request's send."""
+        return self.read_ns[-1] if self.read_ns else self.record.start_ns
 
     def on_headers(self, status: int, now: int) -> None:
         self.record.headers_ns = now
@@ -115,27 +117,26 @@ class StreamState:
         """Parse the kept events into the record; return the error of a broken chunk."""
         record = self.record
         chunk_ns, texts, phases = record.chunk_ns, self.texts, self.phases
-        for payload, now in zip(self.events, self.event_ns, strict=True):
-            info = read_chunk(payload)
-            if info.error is not None:
-                return info.error
+        for (text, finish, usage, error, reasoning), now in zip(read_chunks(self.events), self.event_ns, strict=True):
+            if error is not None:
+                return error
             # A delta with both (the end of the thinking) is two entries: reasoning first.
-            if info.reasoning is not None:
+            if reasoning is not None:
                 if record.first_token_ns == 0:
                     record.first_token_ns = now
                 chunk_ns.append(now)
-                texts.append(info.reasoning)
+                texts.append(reasoning)
                 phases.append(REASONING)
-            if info.text is not None:
+            if text is not None:
                 if record.first_token_ns == 0:
                     record.first_token_ns = now
                 chunk_ns.append(now)
-                texts.append(info.text)
+                texts.append(text)
                 phases.append(ANSWER)
-            if info.finish_reason is not None:
-                record.finish_reason = info.finish_reason
-            if info.usage is not None:
-                self.usage = info.usage
+            if finish is not None:
+                record.finish_reason = finish
+            if usage is not None:
+                self.usage = usage
         self.events.clear()
         self.event_ns.clear()
         return None
