@@ -11,8 +11,13 @@ every reader:
   processes, how each drives its share, and the chunk demand that decides how many
   (:mod:`bakeoff.measure.multiload`);
 - ``level_name`` / ``level``: what a plan's level is called and its value, which the sweep
-  stops on (:mod:`bakeoff.campaign.cell_run`), the verdict and tune group runs by
-  (:mod:`bakeoff.analysis.verdict`, :mod:`bakeoff.campaign.tune.figures`).
+  stops on (:mod:`bakeoff.campaign.cell_run`) and tune picks its load by
+  (:mod:`bakeoff.campaign.tune.figures`); the report draws its sweeps along it
+  (:mod:`bakeoff.report.sweeps`);
+- ``axis`` / ``axis_texts``: the load the verdict groups runs by and how it is written
+  (:mod:`bakeoff.analysis.verdict`, :mod:`bakeoff.report.decision`);
+- ``shares_prefixes``: the plan reuses prefixes by construction, so each run needs an empty
+  cache and the report checks the reuse happened.
 
 Modes register with :func:`register` (the shape of guidellm's profile factory) and are
 looked up with :func:`load_mode`.
@@ -75,11 +80,18 @@ class LoadMode:
     """What differs by load shape; the defaults are those of a plan of requests without a level."""
 
     name: ClassVar[str]
-    level_name: ClassVar[str | None] = None  # what the level is called in the verdict ("concurrency", "rate")
+    level_name: ClassVar[str | None] = None  # what the swept level is called ("concurrency", "rate")
+    axis_texts: ClassVar[dict[str, str]] = {}  # each verdict axis of the mode and how a load on it reads
+    shares_prefixes: ClassVar[bool] = False
 
     def level(self, concurrency: float | None, rate: float | None) -> float | None:
-        """The plan's (or summary's) load level, None for a shape without one."""
+        """The plan's (or summary's) swept level, None for a shape without one."""
         return None
+
+    def axis(self, concurrency: float | None, rate: float | None) -> tuple[str, float] | None:
+        """(axis, load) the verdict groups the run by; by default its swept level."""
+        value = self.level(concurrency, rate)
+        return None if value is None or self.level_name is None else (self.level_name, float(value))
 
     def count(self, plan: RunPlan) -> int:
         """Requests the measured part sends (the progress bar's total)."""
@@ -133,12 +145,37 @@ def load_level(mode: str | None, concurrency: float | None, rate: float | None) 
     return None if value is None else (known.level_name, float(value))
 
 
+def load_axis(mode: str | None, concurrency: float | None, rate: float | None) -> tuple[str, float] | None:
+    """(axis, load) the verdict groups a run by; None for a mode without one (or an unknown mode)."""
+    known = _MODES.get(mode or "")
+    return None if known is None else known.axis(concurrency, rate)
+
+
+def load_text(axis: str, load: float) -> str:
+    """A load on a verdict axis in words ("concurrency 8", "2 req/s", "4 tasks in flight")."""
+    for mode in _MODES.values():
+        if axis in mode.axis_texts:
+            return mode.axis_texts[axis].format(load)
+    raise KeyError(f"no load mode has the axis {axis!r}")
+
+
+def swept_modes() -> list[tuple[str, str]]:
+    """(mode, level name) of every mode with a swept level, in registration order (closed loop first)."""
+    return [(name, mode.level_name) for name, mode in _MODES.items() if mode.level_name is not None]
+
+
+def prefix_sharing_modes() -> list[str]:
+    """The modes whose plans reuse prefixes by construction (conversations, task trees)."""
+    return [name for name, mode in _MODES.items() if mode.shares_prefixes]
+
+
 @register
 class ClosedLoop(LoadMode):
     """A fixed number of requests in flight; every process takes the next request from one counter."""
 
     name = "closed"
     level_name = "concurrency"
+    axis_texts: ClassVar[dict[str, str]] = {"concurrency": "concurrency {:g}"}
 
     def level(self, concurrency: float | None, rate: float | None) -> float | None:
         return concurrency
@@ -174,6 +211,7 @@ class OpenLoop(LoadMode):
 
     name = "open"
     level_name = "rate"
+    axis_texts: ClassVar[dict[str, str]] = {"rate": "{:g} req/s"}
 
     def level(self, concurrency: float | None, rate: float | None) -> float | None:
         return rate
@@ -208,6 +246,7 @@ class Sessions(LoadMode):
     """Multi-turn conversations, each sent turn by turn with its real replies; dealt out whole."""
 
     name = "sessions"
+    shares_prefixes = True
 
     def count(self, plan: RunPlan) -> int:
         return sum(len(s.user_turns) for s in plan.sessions)
@@ -233,6 +272,14 @@ class Tasks(LoadMode):
     """Agent task trees: closed loop keeps tasks in flight, open loop (a rate, no cap) starts them on arrival."""
 
     name = "tasks"
+    shares_prefixes = True
+    axis_texts: ClassVar[dict[str, str]] = {"tasks in flight": "{:g} tasks in flight", "task rate": "{:g} tasks/s"}
+
+    def axis(self, concurrency: float | None, rate: float | None) -> tuple[str, float] | None:
+        # Not a swept level (the sweep never stops early on task trees), but the verdict's load.
+        if rate is not None:
+            return "task rate", float(rate)
+        return "tasks in flight", float(concurrency or 1)
 
     def count(self, plan: RunPlan) -> int:
         return sum(len(t.calls) for t in plan.tasks)
