@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from bakeoff.results.summary import RunSummary
 
-TASKS = "tasks"
-
 
 def task_metric(summaries: list[RunSummary]) -> str | None:
     """The figure agentic runs are ranked by; None when the runs are not agentic."""
-    tasks = [s.agent_tasks for s in summaries if s.workload.mode == TASKS and s.agent_tasks is not None]
+    tasks = [s.agent_tasks for s in summaries if s.agent_tasks is not None]  # only task runs have the block
     if not tasks:
         return None
     return "task_goodput_per_min" if any(t.task_slo_s is not None for t in tasks) else "tasks_per_min"
