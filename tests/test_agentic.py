@@ -216,7 +216,8 @@ def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuil
 
 
 def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, tmp_path: Path) -> None:
-    from bakeoff.analysis.task_verdict import task_load, task_metric, task_run_meets
+    from bakeoff.analysis.task_verdict import task_metric, task_run_meets
+    from bakeoff.measure.load_modes import load_axis
     from bakeoff.measure.task_metrics import task_block
     from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
 
@@ -234,7 +235,10 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, t
         workload=WorkloadInfo(run="t2", mode="tasks", concurrency=2),
         agent_tasks=task_block(plan, records),
     )
-    assert task_load(summary) == ("tasks in flight", 2.0)
+    assert load_axis(summary.workload.mode, summary.workload.concurrency, summary.workload.rate) == (
+        "tasks in flight",
+        2.0,
+    )
     assert task_metric([summary]) == "task_goodput_per_min"
     assert task_run_meets(summary)  # every task took 4 s, within 5 s
     assert summary.agent_tasks is not None

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bakeoff.measure.load_modes import load_level
 from bakeoff.observe.telemetry_series import SERIES_KEY, read_series, with_rates
 from bakeoff.results.layout import CellResult
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
@@ -343,7 +344,9 @@ def levels_of_cell(cell: CellResult) -> list[Level]:
     """A cell's closed-loop levels with their series (``cell``: a CellResult of load_cells)."""
     levels = []
     for run, summary in cell.summaries.items():
-        if summary.workload.mode != "closed" or summary.workload.concurrency is None:
+        wl = summary.workload
+        level = load_level(wl.mode, wl.concurrency, wl.rate)
+        if level is None or level[0] != "concurrency":
             continue
         run_dir = cell.dir / "runs" / run
         name = summary.telemetry_series.get(SERIES_KEY)
@@ -352,7 +355,7 @@ def levels_of_cell(cell: CellResult) -> list[Level]:
         latency = summary.latency
         levels.append(
             Level(
-                concurrency=float(summary.workload.concurrency),
+                concurrency=level[1],
                 output_tok_s=summary.throughput.output_tok_s,
                 ttft_p50_ms=latency.ttft_ms.p50,
                 ttft_p99_ms=latency.ttft_ms.p99,

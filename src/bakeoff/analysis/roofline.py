@@ -43,6 +43,7 @@ import numpy as np
 
 from bakeoff.errors import SpecError
 from bakeoff.host.gpus import gpu_names as nvml_names
+from bakeoff.measure.load_modes import load_level
 from bakeoff.paths import models_dir, user_cache_dir
 from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, atomic_write_bytes, read_json_or_empty
@@ -263,7 +264,8 @@ def campaign_roofline(campaign_dir: Path) -> list[dict[str, Any]]:
         for run, summary in cell.summaries.items():
             wl = summary.workload
             tpot = summary.latency.tpot_ms.p50
-            if summary.rehearsal or wl.mode != "closed" or wl.concurrency != 1 or not tpot or not summary.requests.ok:
+            single_stream = load_level(wl.mode, wl.concurrency, wl.rate) == ("concurrency", 1.0)
+            if summary.rehearsal or not single_stream or not tpot or not summary.requests.ok:
                 continue
             folder = _model_folder(campaign, cell)
             if folder is not None and folder not in shapes:

@@ -3,34 +3,22 @@
 An agent team waits for tasks, and one task is many calls, so request goodput would reward a
 server that answers the many short calls fast and the critical path slowly. For a run of
 agent task trees (mode ``tasks``) the verdict's load axis is the tasks in flight (closed loop)
-or the task rate (open loop); its figure is task goodput (tasks within the workload's
-``task_slo_s`` per minute), or tasks per minute where no task SLO is set; and a run meets
-the SLO when none of its calls failed and its P90 task completion time lies within
-``task_slo_s`` (P90 rather than P99: a run has tens of tasks, not hundreds). The verdict's
-SLO line names that task SLO for each agentic workload (:func:`task_slo_text`), not the
-request SLO its calls are never judged on.
+or the task rate (open loop), as that load mode says (:class:`bakeoff.measure.load_modes.Tasks`);
+its figure is task goodput (tasks within the workload's ``task_slo_s`` per minute), or tasks per
+minute where no task SLO is set; and a run meets the SLO when none of its calls failed and its
+P90 task completion time lies within ``task_slo_s`` (P90 rather than P99: a run has tens of
+tasks, not hundreds). The verdict's SLO line names that task SLO for each agentic workload
+(:func:`task_slo_text`), not the request SLO its calls are never judged on.
 """
 
 from __future__ import annotations
 
 from bakeoff.results.summary import RunSummary
 
-TASKS = "tasks"
-
-
-def task_load(summary: RunSummary) -> tuple[str, float] | None:
-    """(axis, value) of an agentic run; None for any other run."""
-    wl = summary.workload
-    if wl.mode != TASKS:
-        return None
-    if wl.rate is not None:
-        return "task rate", float(wl.rate)
-    return "tasks in flight", float(wl.concurrency or 1)
-
 
 def task_metric(summaries: list[RunSummary]) -> str | None:
     """The figure agentic runs are ranked by; None when the runs are not agentic."""
-    tasks = [s.agent_tasks for s in summaries if s.workload.mode == TASKS and s.agent_tasks is not None]
+    tasks = [s.agent_tasks for s in summaries if s.agent_tasks is not None]  # only task runs have the block
     if not tasks:
         return None
     return "task_goodput_per_min" if any(t.task_slo_s is not None for t in tasks) else "tasks_per_min"
@@ -45,10 +33,6 @@ def task_run_meets(summary: RunSummary) -> bool:
         return True
     p90 = block.task_s.p90
     return p90 is not None and p90 <= block.task_slo_s
-
-
-def load_text(axis: str, load: float) -> str:
-    return f"{load:g} tasks in flight" if axis == "tasks in flight" else f"{load:g} tasks/s"
 
 
 def task_slo(summaries: list[RunSummary]) -> float | None:

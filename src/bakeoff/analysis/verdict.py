@@ -33,8 +33,9 @@ from pathlib import Path
 from bakeoff.analysis.best import Family, family, level_text
 from bakeoff.analysis.confidence import Estimate, estimate, supported_estimate
 from bakeoff.analysis.significance import ALPHA, MIN_EFFECT, Decision, look_alpha, planned_looks
-from bakeoff.analysis.task_verdict import load_text, task_load, task_metric, task_run_meets, task_slo, task_slo_text
+from bakeoff.analysis.task_verdict import task_metric, task_run_meets, task_slo, task_slo_text
 from bakeoff.analysis.thresholds import parse_threshold
+from bakeoff.measure.load_modes import load_axis, load_text
 from bakeoff.measure.slo import Slo, resolve_slo, run_meets_slo, slo_pairs
 from bakeoff.results.formulas import needed_samples
 from bakeoff.results.layout import AUTO_REPEATS, load_cells, read_campaign_copy
@@ -193,13 +194,7 @@ def _bounded(slo: Slo) -> bool:
 
 def _load(summary: RunSummary) -> tuple[str, float] | None:
     wl = summary.workload
-    if (tasks := task_load(summary)) is not None:
-        return tasks
-    if wl.mode == "closed" and wl.concurrency is not None:
-        return "concurrency", float(wl.concurrency)
-    if wl.mode == "open" and wl.rate is not None:
-        return "rate", float(wl.rate)
-    return None
+    return load_axis(wl.mode, wl.concurrency, wl.rate)
 
 
 def collect(campaign_dir: Path) -> tuple[dict[str, tuple[str, Runs]], dict[str, str]]:
@@ -399,11 +394,7 @@ def _figures(summaries: list[RunSummary]) -> tuple[tuple[str, str, str | None], 
 
 
 def _load_text(axis: str, load: float | None) -> str:
-    if load is None:
-        return "none"
-    if axis.startswith("task"):
-        return load_text(axis, load)
-    return f"concurrency {load:g}" if axis == "concurrency" else f"{load:g} req/s"
+    return "none" if load is None else load_text(axis, load)
 
 
 def _framework_line(v: WorkloadVerdict, load: float, fw: FrameworkVerdict) -> str:

@@ -30,6 +30,7 @@ from bakeoff.campaign.specs import CampaignSpec
 from bakeoff.campaign.warm import WarmServers
 from bakeoff.errors import LaunchError, ServerDiedError
 from bakeoff.measure.client import ClientSettings, TokenCounter
+from bakeoff.measure.load_modes import load_mode
 from bakeoff.measure.metrics import cost_per_million_tokens, energy_cost_per_million_tokens
 from bakeoff.measure.slo import resolve_slo, search_max_rate
 from bakeoff.models.model_source import ModelSource, resolve_model
@@ -267,7 +268,7 @@ def _run_plans(
     if stopped is not None:
         info["saturation"] = stopped
     wl = cell.workload
-    if isinstance(wl, OpenLoop) and wl.slo_search:
+    if isinstance(wl, OpenLoop) and wl.searches_slo:  # search_max_rate takes the open loop itself
         tried = {p.rate: summaries[p.name] for p in plans if p.rate is not None and p.name in summaries}
         info["slo_search"] = search_max_rate(plans[0], wl, slo, tried, execute)
 
@@ -287,7 +288,7 @@ def run_sweep(
     below: RunSummary | None = None
     stopped: dict[str, Any] | None = None
     for plan in plans:
-        level = plan.concurrency if plan.mode == "closed" else plan.rate if plan.mode == "open" else None
+        level = load_mode(plan.mode).level(plan.concurrency, plan.rate)
         if stopped is not None and level is not None:
             stopped["skipped"].append(plan.name)
             continue

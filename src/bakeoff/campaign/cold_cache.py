@@ -25,6 +25,7 @@ from typing import Any
 
 from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.backends.spec import BackendSpec
+from bakeoff.measure.load_modes import load_mode
 from bakeoff.observe.telemetry import CacheReset
 from bakeoff.serving.process import ServerHandle
 from bakeoff.workloads.plans import RunPlan
@@ -47,7 +48,7 @@ def prompt_keys(plan: RunPlan) -> set[int]:
 
 def needs_cold_cache(plan: RunPlan, sent: set[int]) -> bool:
     """Could this run hit what earlier runs left in the cache, or does it measure reuse?"""
-    return plan.mode in ("sessions", "tasks") or not prompt_keys(plan).isdisjoint(sent)
+    return load_mode(plan.mode).shares_prefixes or not prompt_keys(plan).isdisjoint(sent)
 
 
 class CellServer:

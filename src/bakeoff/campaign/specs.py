@@ -24,7 +24,7 @@ from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import MODEL_FORMS, PRESET_CHOICES, ModelRef, model_shorthand
 from bakeoff.paths import models_dir
 from bakeoff.schema import Strict, format_validation_error
-from bakeoff.workloads.kinds import OpenLoop, Trace, Workload
+from bakeoff.workloads.kinds import Trace, Workload
 
 
 class RayPolicy(Strict):
@@ -137,7 +137,7 @@ class CampaignSpec(Strict):
     def _slo_for_search(self) -> CampaignSpec:
         bounded = self.slo.preset or self.slo.ttft_ms or self.slo.ttfa_ms or self.slo.tpot_ms or self.slo.e2e_ms
         for i, wl in enumerate(self.workloads):
-            if isinstance(wl, OpenLoop) and wl.slo_search and not bounded:
+            if wl.searches_slo and not bounded:
                 raise ValueError(f"workloads[{i}].slo_search needs an slo: set slo.preset or its bounds")
         return self
 
@@ -170,7 +170,7 @@ class CampaignSpec(Strict):
         for i, wl in enumerate(self.workloads):
             # A restart is the only cache reset some servers have (llama.cpp): a warm server cannot
             # give a run that replays prompts, or measures prefix reuse, the empty cache it needs.
-            replays = isinstance(wl, OpenLoop) and wl.slo_search
+            replays = wl.searches_slo
             if wl.kind not in WARM_KINDS or replays:
                 what = "an SLO search replays one rate's prompts" if replays else f"kind {wl.kind} reuses prompts"
                 raise ValueError(

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from bakeoff.backends.tune_space import Constraint, KnobRange
 from bakeoff.schema import Strict
-from bakeoff.workloads.kinds import ConcurrencySweep, OpenLoop, Workload
+from bakeoff.workloads.kinds import Workload
 
 Objective = Literal["goodput", "max_load", "pareto"]
 
@@ -91,7 +91,7 @@ class TuneSpec(Strict):
         if self.workload is not None and self.workload not in names:
             raise ValueError(f"tune.workload: no workload {self.workload!r}; workloads: {', '.join(names)}")
         wl = workloads[names.index(self.workload)] if self.workload is not None else workloads[0]
-        loads = load_levels(wl)
+        loads = wl.load_levels()
         if not loads:
             raise ValueError(
                 f"tune.workload: {wl.label!r} is a {wl.kind} workload; tune needs a load to hold: "
@@ -101,12 +101,3 @@ class TuneSpec(Strict):
         if load not in loads:
             raise ValueError(f"tune.load: {load:g} is not a load of {wl.label!r}; its loads: {loads}")
         return wl, load
-
-
-def load_levels(wl: Workload) -> list[float]:
-    """The loads a workload sweeps: concurrency levels or request rates (none for other kinds)."""
-    if isinstance(wl, ConcurrencySweep):
-        return [float(level) for level in wl.levels]
-    if isinstance(wl, OpenLoop):
-        return [float(rate) for rate in wl.rates]
-    return []

@@ -32,19 +32,18 @@ import math
 import multiprocessing as mp
 import os
 import queue
-import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event, Lock
 from typing import Any
 
 from bakeoff.measure.client import ClientSettings, StreamingClient
-from bakeoff.measure.loadgen import RecordSink, Steady, closed_loop, open_loop, sessions
-from bakeoff.measure.task_load import task_loop
+from bakeoff.measure.load_modes import Share, load_mode
+from bakeoff.measure.loops import RecordSink, Steady
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.summary import ClientLoad
-from bakeoff.workloads.plans import PlannedRequest, RunPlan
+from bakeoff.workloads.plans import RunPlan
 
 # Share of one core a client process may use before another is added.
 BUSY_TARGET = 0.5
@@ -108,32 +107,8 @@ def estimate(plan: RunPlan, warmup: list[RequestRecord], cpu_s: float, wall_s: f
     if not done:
         return Estimate(None, per_chunk, util)
     stream_rate = chunks / sum((r.end_ns - r.start_ns) / 1e9 for r in done)  # per request in flight
-    if plan.mode == "open" and plan.rate:
-        per_request = statistics.fmean(len(r.chunk_ns) / max(r.completion_tokens, 1) for r in done)
-        mean_tokens = statistics.fmean(p.max_tokens for p in plan.requests) if plan.requests else 0.0
-        demand = plan.rate * per_request * mean_tokens
-        if plan.concurrency:
-            demand = min(demand, plan.concurrency * stream_rate)
-    else:
-        demand = (plan.concurrency or 1) * stream_rate
+    demand = load_mode(plan.mode).demand(plan, done, stream_rate)
     return Estimate(demand, per_chunk, util)
-
-
-@dataclass
-class Share:
-    """One worker's part of the plan."""
-
-    mode: str
-    requests: list[PlannedRequest] = field(default_factory=list)
-    sessions: list[Any] = field(default_factory=list)
-    tasks: list[Any] = field(default_factory=list)  # agent task trees, dealt out whole
-    concurrency: int = 1
-    max_concurrency: int | None = None
-    duration_s: float | None = None
-    temperature: float = 0.0  # sessions and tasks: the workload's sampling temperature, the one field a call needs
-    steady: Steady | None = None  # closed loop: this worker's part of the ramp and of the window's minimum
-    lead_s: float = 0.0  # closed loop: its slots start this far into the ramp, between the others'
-    slot_base: int = 0  # its slot numbers in the merged run start here
 
 
 def split(plan: RunPlan, n: int, steady: Steady | None = None) -> list[Share]:
@@ -144,55 +119,7 @@ def split(plan: RunPlan, n: int, steady: Steady | None = None) -> list[Share]:
     """
     conc = plan.concurrency or 1
     caps = [conc // n + (1 if i < conc % n else 0) for i in range(n)]
-    if plan.mode == "closed":
-        # Every worker sees the whole list and takes the next index from the shared counter.
-        parts = []
-        for i, cap in enumerate(caps):
-            mine = None
-            if steady is not None:
-                mine = Steady(steady.ramp_s * cap / conc, -(-steady.min_requests // n), steady.min_duration_s)
-            lead = steady.ramp_s * i / conc if steady is not None else 0.0
-            share = Share("closed", plan.requests, concurrency=max(cap, 1), duration_s=plan.duration_s, steady=mine)
-            share.lead_s, share.slot_base = lead, sum(caps[:i])
-            parts.append(share)
-        return parts
-    if plan.mode == "open":
-        ordered = sorted(plan.requests, key=lambda r: r.arrival_s)
-        limits = [max(c, 1) if plan.concurrency else None for c in caps]
-        return [Share("open", ordered[i::n], max_concurrency=limits[i]) for i in range(n)]
-    if plan.mode == "tasks":
-        # Closed loop: each worker keeps its part of the tasks in flight; open loop (no cap): arrival times.
-        caps_or_none = [max(c, 1) if plan.concurrency else None for c in caps]
-        return [
-            Share(
-                "tasks", tasks=plan.tasks[i::n], max_concurrency=caps_or_none[i], temperature=plan.workload.temperature
-            )
-            for i in range(n)
-        ]
-    return [
-        Share(
-            "sessions", sessions=plan.sessions[i::n], concurrency=max(caps[i], 1), temperature=plan.workload.temperature
-        )
-        for i in range(n)
-    ]
-
-
-class _Claimed(list[PlannedRequest]):
-    """The closed loop's request list where each request goes to whichever process asks first."""
-
-    def __init__(self, items: list[PlannedRequest], counter: Any, lock: Lock) -> None:
-        super().__init__(items)
-        self._counter = counter
-        self._lock = lock
-
-    def __iter__(self) -> Iterator[PlannedRequest]:
-        while True:
-            with self._lock:
-                index = self._counter.value
-                if index >= len(self):
-                    return
-                self._counter.value = index + 1
-            yield self[index]
+    return load_mode(plan.mode).split(plan, caps, steady)
 
 
 async def _work(
@@ -200,19 +127,7 @@ async def _work(
 ) -> None:
     async with StreamingClient(settings) as client:
         await asyncio.sleep(max(epoch_ns - time.perf_counter_ns(), 0) / 1e9)
-        if share.mode == "closed":
-            await asyncio.sleep(share.lead_s)
-            requests = _Claimed(share.requests, *claim)
-            await closed_loop(
-                client, requests, share.concurrency, sink, duration_s=share.duration_s, steady=share.steady
-            )
-        elif share.mode == "open":
-            await open_loop(client, share.requests, sink, max_concurrency=share.max_concurrency, start_ns=epoch_ns)
-        elif share.mode == "tasks":
-            cap = share.max_concurrency
-            await task_loop(client, share.tasks, cap, share.temperature, sink, open_loop=cap is None, start_ns=epoch_ns)
-        else:
-            await sessions(client, share.sessions, share.concurrency, share.temperature, sink)
+        await load_mode(share.mode).drive_share(client, share, sink, epoch_ns, claim)
 
 
 def _worker(

@@ -55,7 +55,7 @@ def task_block(
     ``preemptions``: the server's preemption counter over the run, where it has one: requests
     whose KV blocks were taken back, the eviction a tree that no longer fits suffers.
     """
-    if plan.mode != "tasks" or not plan.tasks:
+    if not plan.tasks:  # only agent task plans carry task trees
         return None
     measured = [r for r in records if not r.warmup and r.task >= 0]
     by_task: dict[int, dict[int, RequestRecord]] = defaultdict(dict)

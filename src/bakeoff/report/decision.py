@@ -24,6 +24,7 @@ from bakeoff.analysis import verdict
 from bakeoff.analysis.advisor import advise
 from bakeoff.analysis.significance import Decision
 from bakeoff.analysis.verdict import LevelVerdict, WorkloadVerdict
+from bakeoff.measure.load_modes import load_text
 from bakeoff.report.outcomes import energy_unmeasured
 from bakeoff.report.plots import server_palette
 from bakeoff.results.layout import is_rehearsal, read_campaign_copy
@@ -43,7 +44,7 @@ class Answer:
 
 
 def _load_text(v: WorkloadVerdict, load: float) -> str:
-    return f"concurrency {load:g}" if v.axis == "concurrency" else f"{load:g} req/s"
+    return load_text(v.axis, load)
 
 
 def _inverse(d: Decision) -> str:

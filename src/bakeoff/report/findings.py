@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from bakeoff.analysis.diagnosis import TPOT_FLAT
+from bakeoff.measure.load_modes import prefix_sharing_modes
 
 
 def diagnose(frame: pd.DataFrame) -> list[str]:
@@ -84,7 +85,7 @@ def _scaling_notes(who: str, closed: pd.DataFrame) -> list[str]:
 
 def _protocol_notes(notes: list[str], workload: object, server: object, group: pd.DataFrame) -> None:
     """Findings that hold for a rehearsal too: reuse realised or not, failed requests."""
-    sessions = group[group["mode"].isin(["sessions", "tasks"])]
+    sessions = group[group["mode"].isin(prefix_sharing_modes())]
     for _, row in sessions.iterrows():
         realised = row["reuse_realised"]
         if realised is not None and not pd.isna(realised) and not bool(realised):

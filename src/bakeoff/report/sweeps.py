@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from bakeoff.measure.load_modes import swept_modes
 from bakeoff.report.plots import server_palette
 from bakeoff.results.formulas import shown
 from bakeoff.results.layout import (
@@ -70,10 +71,14 @@ def speculative_table(campaign_dir: Path) -> pd.DataFrame:
 
 
 def _sweep_axes(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    closed = frame[frame["mode"] == "closed"]
-    if not closed.empty:
-        return closed, "concurrency"
-    return frame[frame["mode"] == "open"], "rate"
+    # The first swept mode the campaign ran (closed loop before open loop), along its level.
+    swept = swept_modes()
+    for mode, level in swept:
+        runs = frame[frame["mode"] == mode]
+        if not runs.empty:
+            return runs, level
+    mode, level = swept[-1]
+    return frame[frame["mode"] == mode], level
 
 
 # The tail a latency panel draws: P99 where every repeat of a level supports it, else the highest below.

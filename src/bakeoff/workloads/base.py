@@ -46,6 +46,15 @@ class WorkloadBase(Strict):
     def label(self) -> str:
         return self.name or str(getattr(self, "kind", "workload"))
 
+    @property
+    def searches_slo(self) -> bool:
+        """Whether its cell then searches the highest load meeting the SLO (replaying one load's prompts)."""
+        return False
+
+    def load_levels(self) -> list[float]:
+        """The loads it sweeps (concurrency levels, request rates), which tune picks from; none by default."""
+        return []
+
     def for_rehearsal(self) -> WorkloadBase:
         """A few requests of the same shape: a rehearsal proves the path, it measures nothing."""
         return self.model_copy(update={"warmup_requests": min(self.warmup_requests, 2)})

@@ -61,6 +61,9 @@ class ConcurrencySweep(SampledLengths):
     )
     duration_s: Annotated[float, Field(gt=0)] | None = Field(default=None, description="stop each level after this")
 
+    def load_levels(self) -> list[float]:
+        return [float(level) for level in self.levels]
+
     def requests_for(self, concurrency: int) -> int:
         """Requests per level (ten per slot by default: the window keeps eight after ramp and tail)."""
         return self.requests_per_level or self.requests_per_slot * concurrency
@@ -139,6 +142,13 @@ class OpenLoop(SampledLengths):
     slo_search: bool = Field(default=False, description="then search the highest rate meeting the SLO")
     search_steps: Annotated[int, Field(ge=1, le=12)] = 4
     search_tolerance: Annotated[float, Field(gt=0)] = 0.15
+
+    @property
+    def searches_slo(self) -> bool:
+        return self.slo_search
+
+    def load_levels(self) -> list[float]:
+        return [float(rate) for rate in self.rates]
 
     def _plans(self, builder: PlanBuilder, rng: random.Random, spec: Self) -> list[RunPlan]:
 

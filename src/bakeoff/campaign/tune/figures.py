@@ -8,6 +8,7 @@ from typing import Any
 from bakeoff.analysis.verdict import meets
 from bakeoff.backends.spec import BackendSpec, KnobValue
 from bakeoff.campaign.tune.folder import Target
+from bakeoff.measure.load_modes import load_level
 from bakeoff.measure.slo import Slo, slo_miss
 from bakeoff.results.metric_table import BY_KEY
 from bakeoff.results.store import SUMMARY, read_summary
@@ -31,8 +32,8 @@ def _summaries(cell_dir: Path) -> list[RunSummary]:
 
 def _load_of(summary: RunSummary) -> float | None:
     wl = summary.workload
-    value = wl.concurrency if wl.mode == "closed" else wl.rate
-    return float(value) if value is not None else None
+    level = load_level(wl.mode, wl.concurrency, wl.rate)
+    return level[1] if level is not None else None
 
 
 def figures(cell_dir: Path, target: Target, gpus: int) -> dict[str, Any]:
