@@ -74,6 +74,7 @@ class EngineStarts:
         self.running: set[str] = set()  # tests started and not yet finished, on any worker
         self._procs: dict[int, psutil.Process] = {}
         self._tree_cpu: dict[int, dict[int, float]] = defaultdict(dict)  # start -> pid -> CPU when last seen
+        self._tree_total: dict[int, float] = {}  # start -> its tree's CPU at the last sample, unrounded
         # Engine CPU spent while each test ran (a shared engine's work is charged to the tests it
         # served, split evenly between the tests running in the same half second).
         self.by_test: dict[str, float] = defaultdict(float)
@@ -109,7 +110,8 @@ class EngineStarts:
             for member in tree:  # a child that exits first keeps the CPU it was last seen with
                 seen[member.pid] = max(seen.get(member.pid, 0.0), _proc_cpu(member))
             total = sum(seen.values())
-            spent, self.starts[pid]["cpu_s"] = total - self.starts[pid]["cpu_s"], round(total, 1)
+            spent, self._tree_total[pid] = total - self._tree_total.get(pid, 0.0), total
+            self.starts[pid]["cpu_s"] = round(total, 1)
             for test in self.running:
                 self.by_test[test] += spent / len(self.running)
 
