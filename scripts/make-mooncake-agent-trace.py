@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from prefix_blocks import Segment, block_ids
 
 BLOCK = 512
 SYSTEM_AND_TOOLS = (0, 1536)  # segment 0: the system prompt and tool schemas every task starts with
-
-Segment = tuple[int, int]  # (segment id, tokens): text that only ever appears whole
 
 
 @dataclass
@@ -81,22 +80,7 @@ def make_task(rng: random.Random, seg: Segments, start_ms: int) -> list[Call]:
 
 def hash_ids(calls: list[Call]) -> list[list[int]]:
     """One id per block: the id of the prompt's whole prefix up to that block's end."""
-    ids: dict[tuple[Segment, ...], int] = {}
-    out = []
-    for call in calls:
-        row = []
-        for end in range(BLOCK, call.prompt + BLOCK, BLOCK):
-            end = min(end, call.prompt)
-            prefix, used = [], 0
-            for segment, tokens in call.segments:
-                take = min(tokens, end - used)
-                if take <= 0:
-                    break
-                prefix.append((segment, take))
-                used += take
-            row.append(ids.setdefault(tuple(prefix), len(ids)))
-        out.append(row)
-    return out
+    return block_ids((c.segments for c in calls), BLOCK)
 
 
 def main() -> int:

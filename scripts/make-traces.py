@@ -9,9 +9,8 @@ the history). Deterministic: the same seed writes byte-identical files.
 
     .venv/bin/python scripts/make-traces.py [--out traces] [--seed 7]
 
-Block ids are assigned the way Mooncake's release hashes prompts: block j of a prompt
-gets the id of its whole prefix up to the block's end, new prefixes taking the next
-integer, so equal ids mean equal prefixes.
+Block ids are assigned the way Mooncake's release hashes prompts (scripts/prefix_blocks.py):
+equal ids mean equal prefixes.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-
-Segment = tuple[int, int]  # (segment id, tokens): a run of text that only ever appears as a whole
+from prefix_blocks import Segment
+from prefix_blocks import block_ids as prefix_block_ids
 
 
 @dataclass
@@ -85,24 +84,7 @@ def stream(seed: int, sessions: int, max_prompt: int) -> list[Request]:
 
 def block_ids(requests: list[Request], block_size: int) -> list[list[int]]:
     """Mooncake-style ids: one per block, the id of the whole prefix up to that block's end."""
-    ids: dict[tuple[Segment, ...], int] = {}
-    out = []
-    for req in requests:
-        flat: list[Segment] = []
-        row = []
-        for block_end in range(block_size, req.prompt + block_size, block_size):
-            end = min(block_end, req.prompt)
-            flat, used = [], 0
-            for seg, n in req.segments:
-                take = min(n, end - used)
-                if take <= 0:
-                    break
-                flat.append((seg, take))
-                used += take
-            key = tuple(flat)
-            row.append(ids.setdefault(key, len(ids)))
-        out.append(row)
-    return out
+    return prefix_block_ids((r.segments for r in requests), block_size)
 
 
 def mooncake(requests: list[Request], block_size: int) -> bytes:

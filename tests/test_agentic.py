@@ -8,6 +8,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from bakeoff.results.records import RequestRecord
+from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.agentic import (
     TRUNK,
@@ -173,6 +174,22 @@ def timed(
     return record
 
 
+def task_summary(
+    plan: RunPlan, records: list[RequestRecord], run: str, evicted_tokens: float | None = None
+) -> RunSummary:
+    """A task run's summary around the task block its records make (``evicted_tokens``: the server's count)."""
+    from bakeoff.measure.task_metrics import task_block
+
+    return RunSummary(
+        requests=Requests(ok=len(records), failed=0),
+        latency=Latency(),
+        throughput=Throughput(output_tok_s=1, total_tok_s=1, req_s=1, window_s=1),
+        tokens=Tokens(prompt=1, completion=1),
+        workload=WorkloadInfo(run=run, mode="tasks", concurrency=plan.concurrency),
+        agent_tasks=task_block(plan, records, evicted_tokens=evicted_tokens),
+    )
+
+
 def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuilder) -> None:
     from bakeoff.measure.task_metrics import task_block
 
@@ -218,8 +235,6 @@ def test_task_time_and_its_critical_path_come_from_the_records(builder: PlanBuil
 def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, tmp_path: Path) -> None:
     from bakeoff.analysis.task_verdict import task_metric, task_run_meets
     from bakeoff.measure.load_modes import load_axis
-    from bakeoff.measure.task_metrics import task_block
-    from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
 
     plan = builder.build(small(tasks=2, depth=1, fanout=2, task_slo_s=5.0))[0]
     records = [
@@ -227,14 +242,7 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, t
         for t in (0, 1)
         for n, role, deps in ((0, "planner", []), (1, "worker", [0]), (2, "worker", [0]), (3, "join", [1, 2]))
     ]
-    summary = RunSummary(
-        requests=Requests(ok=8, failed=0),
-        latency=Latency(),
-        throughput=Throughput(output_tok_s=1, total_tok_s=1, req_s=1, window_s=1),
-        tokens=Tokens(prompt=1, completion=1),
-        workload=WorkloadInfo(run="t2", mode="tasks", concurrency=2),
-        agent_tasks=task_block(plan, records),
-    )
+    summary = task_summary(plan, records, "t2")
     assert load_axis(summary.workload.mode, summary.workload.concurrency, summary.workload.rate) == (
         "tasks in flight",
         2.0,
@@ -270,37 +278,35 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, t
     assert "within the task SLO (P90 task completion ≤ 5 s)" in asked and "TTFT" not in asked
 
 
-def test_the_report_tables_ttft_by_branch_across_repeats(
+def test_the_report_tables_ttft_by_branch_and_server_counters_across_repeats(
     builder: PlanBuilder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from bakeoff.measure.task_metrics import task_block
     from bakeoff.report import agentic as agent_report
-    from bakeoff.results.summary import Latency, Requests, RunSummary, Throughput, Tokens, WorkloadInfo
 
     plan = builder.build(small(tasks=1, depth=1, fanout=2))[0]
 
-    def repeat(second_worker_first_token_s: float) -> RunSummary:
+    def repeat(second_worker_first_token_s: float, evicted_tokens: float | None = None) -> RunSummary:
         records = [
             timed(0, 0, "planner", [], 0.0, 0.5, 1.0),
             timed(0, 1, "worker", [0], 1.2, 1.4, 2.0),
             timed(0, 2, "worker", [0], 1.2, second_worker_first_token_s, 3.0),
             timed(0, 3, "join", [1, 2], 3.1, 3.6, 4.0),
         ]
-        return RunSummary(
-            requests=Requests(ok=4, failed=0),
-            latency=Latency(),
-            throughput=Throughput(output_tok_s=1, total_tok_s=1, req_s=1, window_s=1),
-            tokens=Tokens(prompt=1, completion=1),
-            workload=WorkloadInfo(run="t1", mode="tasks", concurrency=1),
-            agent_tasks=task_block(plan, records),
-        )
+        return task_summary(plan, records, "t1", evicted_tokens)
 
-    runs = [agent_report.AgentRun("vllm", "agents", "t1", [repeat(1.6), repeat(2.0)])]
+    # One repeat's server counted 256 evicted tokens, the other's none; neither exposed preemptions.
+    runs = [agent_report.AgentRun("vllm", "agents", "t1", [repeat(1.6, evicted_tokens=256.0), repeat(2.0)])]
     monkeypatch.setattr(agent_report, "agent_runs", lambda _: runs)
     table = agent_report.branch_table(tmp_path)
     assert list(table["branch"]) == [0, 1] and list(table["n"]) == [2, 2]
     assert list(table["TTFT P50 ms"]) == pytest.approx([200.0, 600.0])  # branch 1: 400 and 800 ms, averaged
     assert list(agent_report.role_table(tmp_path)["role"]) == ["join", "planner", "worker"]
+    (row,) = agent_report.task_table(tmp_path).to_dict("records")
+    assert row["evicted tokens"] == 256.0 and row["preemptions"] is None and row["tasks"] == 2
+    # The critical path's prefill: planner 0.5 s, the slower worker 0.4 s then 0.8 s, join 0.5 s: 1.4 and 1.8 s.
+    assert row["critical prefill s"].startswith("1.600 [") and row["critical prefill s"].endswith("(n=2)")
+    depths = agent_report.depth_table(tmp_path)
+    assert all(text.startswith("0.500 [") and "(n=2×" in text for text in depths["hit rate (usage)"])
 
 
 def test_client_processes_are_dealt_whole_tasks_and_their_share_of_the_tasks_in_flight(builder: PlanBuilder) -> None:

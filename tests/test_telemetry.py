@@ -6,6 +6,7 @@ import pytest
 
 from bakeoff.backends.spec import BACKENDS_DIR, load_backend
 from bakeoff.observe.telemetry import (
+    counter_delta,
     has_prefix_cache_counters,
     logical,
     parse_prometheus,
@@ -90,6 +91,19 @@ def test_sglangs_hit_counter_absent_until_the_first_hit_reads_zero_not_unknown()
     assert (block["server_hits"], block["server_queries"]) == (120.0, 500.0)
     # A failed scrape (empty) is still unknown, never zero.
     assert prefix_cache_from_counters({}, first_hit, backend)["server_hit_rate"] is None
+
+
+def test_sglangs_evicted_tokens_absent_until_the_first_eviction_read_zero_and_vllm_counts_none() -> None:
+    # 0.5.23 binds the counter's labels at its first increment: absent from a scrape that answered is 0.
+    sglang = load_backend("sglang")
+    quiet = {"sglang:prompt_tokens_total": 500.0}
+    assert counter_delta(quiet, quiet, sglang, "evicted_tokens") == 0.0
+    assert counter_delta(quiet, {**quiet, "sglang:evicted_tokens_total": 640.0}, sglang, "evicted_tokens") == 640.0
+    assert counter_delta({}, {}, sglang, "evicted_tokens") is None  # a failed scrape: unknown, never 0
+    # vLLM's kv_block_* histograms count every reuse of a block, cached or not: not mapped as evictions.
+    for name in ("vllm", "vllm-cpu", "vllm-cpu-container"):
+        assert "evicted_tokens" not in load_backend(name).metrics.names
+        assert counter_delta(quiet, quiet, load_backend(name), "evicted_tokens") is None
 
 
 @pytest.mark.parametrize("name", ["trtllm", "trtllm-engine"])

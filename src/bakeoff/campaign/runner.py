@@ -351,6 +351,7 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
                 run.records,
                 backend.prefix_cache_granularity if backend else None,
                 preemptions=counter_delta(run.before, run.after, backend, "preemptions") if backend else None,
+                evicted_tokens=counter_delta(run.before, run.after, backend, "evicted_tokens") if backend else None,
             ),
             "trace": plan.trace or None,
             "provenance": provenance(target, run.started, finished),

@@ -13,7 +13,7 @@ so these are recomputed from ``records.parquet`` alone, plus the plan for what w
 - TTFT by role (planner, worker, join) and by branch index (a call's place among its
   planner's children, :func:`bakeoff.workloads.agentic.branch_indices`; trunk calls left out);
 - tasks per minute over the run (first call -> last answer), and within ``task_slo_s``;
-- the server's preemptions over the run, where its counters expose them.
+- the server's preemptions and prefix-cache evictions over the run, where its counters expose them.
 """
 
 from __future__ import annotations
@@ -48,12 +48,20 @@ def critical_path(calls: dict[int, RequestRecord]) -> tuple[float, float, float,
 
 
 def task_block(
-    plan: RunPlan, records: list[RequestRecord], granularity: int | None = None, *, preemptions: float | None = None
+    plan: RunPlan,
+    records: list[RequestRecord],
+    granularity: int | None = None,
+    *,
+    preemptions: float | None = None,
+    evicted_tokens: float | None = None,
 ) -> AgentTasks | None:
     """The run's task figures; None for a plan that is not agent tasks.
 
     ``preemptions``: the server's preemption counter over the run, where it has one: requests
     whose KV blocks were taken back, the eviction a tree that no longer fits suffers.
+    ``evicted_tokens``: the server's count of tokens its prefix cache evicted over the run
+    (SGLang's ``sglang:evicted_tokens_total``; vLLM counts none): a branch whose shared context
+    was evicted prefills it again.
     """
     if not plan.tasks:  # only agent task plans carry task trees
         return None
@@ -98,6 +106,7 @@ def task_block(
         task_goodput_per_min=None if within is None else within * per_min,
         by_depth=_by_depth(plan, measured, granularity),
         preemptions=preemptions,
+        evicted_tokens=evicted_tokens,
         ttft_ms_by_role={
             role: stats(v for r in measured if r.ok and r.role == role if (v := ttft_ms(r)) is not None)
             for role in sorted({r.role for r in measured})

@@ -4,17 +4,19 @@ An agent team waits for whole tasks, so the section opens with task completion t
 P90, P99 with n and, across repeats, a 95% interval), tasks per minute and, where the
 workload sets ``task_slo_s``, task goodput (what the verdict ranks agentic runs by,
 :mod:`bakeoff.analysis.task_verdict`). The critical path says where a task's time went:
-prefill (queueing included), decode, or the tool and think waits no server can shorten.
-By tree depth: calls, TTFT, the server's cached tokens and hit rate beside the reuse the
-tree designed and the share the server's cache blocks could realise; a deep call that
-designed 90% reuse and hit 0% is a cache that did not hold the tree. TTFT by role and by branch
-index (a call's place among its planner's children). Every figure comes from
-the runs' ``summary.json`` (:class:`bakeoff.results.summary.AgentTasks`).
+prefill (queueing included), decode, or the tool and think waits no server can shorten, each
+with its interval across repeats. By tree depth: calls, TTFT, the server's hit rate (with its
+interval) beside the reuse the tree designed and the share the server's cache blocks could
+realise; a deep call that designed 90% reuse and hit 0% is a cache that did not hold the tree.
+The server's preemptions and prefix-cache evictions, where it counts them. TTFT by role and by
+branch index (a call's place among its planner's children). Every figure comes from the runs'
+``summary.json`` (:class:`bakeoff.results.summary.AgentTasks`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
@@ -22,7 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from bakeoff.analysis.confidence import estimate
+from bakeoff.analysis.confidence import Estimate, estimate
+from bakeoff.analysis.significance import mean_interval
 from bakeoff.results.layout import load_cells
 from bakeoff.results.summary import RunSummary, Stat
 
@@ -30,8 +33,14 @@ NOTE = (
     "Task time: a task's first call sent to its last answer, over tasks whose every call answered (n per "
     "repeat; across repeats a 95% interval). The critical path splits it: prefill (queueing on the server "
     "included), decode, and the tool and think waits no server can shorten. By depth: the reuse the tree "
-    "designed, the share the server's cache blocks could realise, and the hit rate from each call's usage."
+    "designed, the share the server's cache blocks could realise, and the hit rate from each call's usage. "
+    "Preemptions and evicted tokens are the server's own counters over the run, summed over repeats ('-': "
+    "not exposed; of these servers only SGLang counts the tokens its prefix cache evicts)."
 )
+
+
+# CriticalPath fields and their labels, in the order a task spends them.
+PATH_PARTS = (("prefill_s", "prefill"), ("decode_s", "decode"), ("wait_s", "tool/think wait"))
 
 
 @dataclass
@@ -58,13 +67,19 @@ def _figure(repeats: list[RunSummary], metric: str, digits: int = 2) -> str:
     return estimate(repeats, metric).text(digits)
 
 
+def _total(values: Iterable[float | None]) -> float | None:
+    """The sum over repeats of a server counter; None where no repeat's server exposed it."""
+    seen = [v for v in values if v is not None]
+    return sum(seen) if seen else None
+
+
 def task_table(campaign_dir: Path) -> pd.DataFrame:
     """Per server and agentic run: tasks, task time percentiles, throughput in tasks, the critical path."""
     rows = []
     for ar in agent_runs(campaign_dir):
         blocks = [s.agent_tasks for s in ar.repeats if s.agent_tasks is not None]
-        paths = [b.critical_path for b in blocks if b.critical_path is not None]
-        total = fmean(p.prefill_s + p.decode_s + p.wait_s for p in paths) if paths else None
+        means = _path_means(ar)
+        total = sum(means.values()) if means else None
         row: dict[str, Any] = {
             "server": ar.server,
             "workload": ar.workload,
@@ -80,17 +95,31 @@ def task_table(campaign_dir: Path) -> pd.DataFrame:
             "task goodput/min": _figure(ar.repeats, "task_goodput_per_min")
             if any(b.task_slo_s is not None for b in blocks)
             else "no task SLO",
-            # Evictions under pressure, where the server counts them (vLLM, SGLang); '-': not exposed.
-            "preemptions": sum(p for b in blocks if (p := b.preemptions) is not None)
-            if any(b.preemptions is not None for b in blocks)
-            else None,
+            # Under pressure, where the server counts them (preemptions: vLLM, SGLang; evictions: SGLang).
+            "preemptions": _total(b.preemptions for b in blocks),
+            "evicted tokens": _total(b.evicted_tokens for b in blocks),
         }
-        for part, label in (("prefill_s", "prefill"), ("decode_s", "decode"), ("wait_s", "tool/think wait")):
-            value = fmean(getattr(p, part) for p in paths) if paths else None
-            row[f"critical {label} s"] = value
-            row[f"critical {label} share"] = value / total if value is not None and total else None
+        for part, label in PATH_PARTS:
+            # The mean over repeats with its interval and n (the metric table's critical_* rows).
+            row[f"critical {label} s"] = _figure(ar.repeats, f"critical_{part}", 3)
+            row[f"critical {label} share"] = means[part] / total if means and total else None
         rows.append(row)
     return pd.DataFrame(rows).round(3)
+
+
+def _path_means(ar: AgentRun) -> dict[str, float] | None:
+    """Mean seconds per task in each critical-path part over the run's repeats; None: no task completed."""
+    paths = [s.agent_tasks.critical_path for s in ar.repeats if s.agent_tasks and s.agent_tasks.critical_path]
+    return {part: fmean(getattr(p, part) for p in paths) for part, _ in PATH_PARTS} if paths else None
+
+
+def _interval(values: list[float], samples: int | None) -> str:
+    """A figure's mean over repeats with its Student-t interval and n, as the task figures show theirs."""
+    if not values:
+        return "-"
+    interval = mean_interval(values)
+    lo, hi = interval if interval is not None else (None, None)
+    return Estimate("", None, fmean(values), lo, hi, len(values), samples).text(3)
 
 
 def depth_table(campaign_dir: Path) -> pd.DataFrame:
@@ -102,7 +131,7 @@ def depth_table(campaign_dir: Path) -> pd.DataFrame:
             found = [
                 s.agent_tasks.by_depth[depth] for s in ar.repeats if s.agent_tasks and depth in s.agent_tasks.by_depth
             ]
-            hits = [b.hit_rate for b in found if b.hit_rate is not None]
+            reporting = [b for b in found if b.hit_rate is not None]
             ttft = [b.ttft_ms.p50 for b in found if b.ttft_ms.p50 is not None]
             rows.append(
                 {
@@ -114,7 +143,11 @@ def depth_table(campaign_dir: Path) -> pd.DataFrame:
                     "TTFT P50 ms": fmean(ttft) if ttft else None,
                     "designed reuse": found[0].designed_reuse,
                     "reusable at the cache's blocks": found[0].reusable,
-                    "hit rate (usage)": fmean(hits) if hits else None,
+                    # n: repeats x the fewest calls of this depth in one repeat.
+                    "hit rate (usage)": _interval(
+                        [b.hit_rate for b in reporting if b.hit_rate is not None],
+                        min((b.calls for b in reporting), default=None),
+                    ),
                 }
             )
     return pd.DataFrame(rows).round(3)
@@ -165,17 +198,18 @@ def critical_path_figure(campaign_dir: Path) -> Any:
     """Stacked bars per server and run: mean seconds per task in prefill, decode and waits."""
     import matplotlib.pyplot as plt  # deferred: only the figure needs the plotting libraries
 
-    table = task_table(campaign_dir)
-    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.5 * max(len(table), 1)))
-    if table.empty:
+    runs = agent_runs(campaign_dir)
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.5 * max(len(runs), 1)))
+    if not runs:
         plt.close(fig)
         return fig
-    labels = [f"{r.server} / {r.run}" for r in table.itertuples()]
-    left = pd.Series(0.0, index=table.index)
-    for part in ("prefill", "decode", "tool/think wait"):
-        values = table[f"critical {part} s"].fillna(0.0)
-        ax.barh(labels, values, left=left, label=part)
-        left = left + values
+    labels = [f"{ar.server} / {ar.run}" for ar in runs]
+    means = [_path_means(ar) for ar in runs]
+    left = [0.0] * len(runs)
+    for part, label in PATH_PARTS:
+        values = [m[part] if m else 0.0 for m in means]
+        ax.barh(labels, values, left=left, label=label)
+        left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_xlabel("seconds per task on the critical path (mean)")
     ax.legend(loc="lower right")
     ax.grid(axis="x", alpha=0.3)

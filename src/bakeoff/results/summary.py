@@ -284,6 +284,9 @@ class AgentTasks(Block):
         default_factory=dict, description="TTFT by a call's place among its planner's children (trunk calls: none)"
     )
     preemptions: float | None = Field(default=None, description="KV preemptions over the run; None: not exposed")
+    evicted_tokens: float | None = Field(
+        default=None, description="prefix-cache tokens evicted over the run (SGLang counts them); None: not counted"
+    )
 
 
 class Speculative(Block):
