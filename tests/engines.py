@@ -29,7 +29,8 @@ from bakeoff.campaign.specs import load_campaign
 from bakeoff.results.layout import load_cells
 from bakeoff.results.summary import RunSummary
 from bakeoff.serving.engine_env import interpreter
-from bakeoff.serving.process import ServerHandle, free_port, run_local_process
+from bakeoff.serving.handle import ServerHandle
+from bakeoff.serving.process import free_port, run_local_process
 
 
 @dataclass

@@ -22,7 +22,7 @@ from bakeoff.measure.slo import resolve_slo
 from bakeoff.models.model_source import resolve_model
 from bakeoff.notebook import guards as notebook_params
 from bakeoff.results.store import CELL_INFO, read_json, read_summary
-from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.handle import ServerHandle
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plan_store import save_plans
 from bakeoff.workloads.plans import PlannedRequest, RunPlan, SessionPlan

@@ -37,8 +37,9 @@ from bakeoff.serving.containers import (
     run_container,
 )
 from bakeoff.serving.gpu_pinning import GpuAssignment
+from bakeoff.serving.handle import ServerHandle
 from bakeoff.serving.images import image_fix_hint
-from bakeoff.serving.process import ServerHandle, free_port
+from bakeoff.serving.process import free_port
 
 REPO = BACKENDS_DIR.parent
 TINY_IMAGE = "localhost/bakeoff/test-tiny:1"

@@ -27,8 +27,8 @@ from bakeoff.measure.client import ClientSettings
 from bakeoff.models.model_source import ModelSource
 from bakeoff.paths import models_dir
 from bakeoff.results.memory import MEMORY_FILE, MemoryAccount, read_memory
+from bakeoff.serving.handle import ServerHandle
 from bakeoff.serving.launchers import LaunchContext, start_server
-from bakeoff.serving.process import ServerHandle
 from bakeoff.workloads.kinds import Soak
 from bakeoff.workloads.plans import PlanBuilder
 from bakeoff.workloads.prompts import PromptFactory, load_tokenizer

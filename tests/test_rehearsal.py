@@ -36,7 +36,8 @@ from bakeoff.report.tables import REHEARSAL_SUFFIX, quality_table, speculative_t
 from bakeoff.results.layout import REHEARSAL_MARKER as MARKER
 from bakeoff.results.layout import REHEARSAL_TAG
 from bakeoff.results.store import read_json, read_summary, write_json
-from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
+from bakeoff.serving.handle import SERVER_KINDS
+from bakeoff.serving.launchers import LAUNCHERS, LaunchContext, launcher_kind, server_kind, start_server
 from bakeoff.serving.stand_in_quality import BROKEN_EVERY, LOSSY_PROMPT_LOGPROB, PLANTED_FILE, PROMPT_LOGPROB
 from bakeoff.workloads.kinds import ConcurrencySweep
 from bakeoff.workloads.plans import PlannedRequest, RunPlan
@@ -69,6 +70,15 @@ def test_launcher_kind_keeps_cpu_engines_and_external_servers_real() -> None:
     gpu = load_backend("vllm")
     external = ServerConfig(backend="vllm", url="http://10.0.0.1:8000")
     assert launcher_kind(gpu, external.for_rehearsal()) == "external"
+
+
+def test_every_launcher_kind_says_what_it_means_around_its_start() -> None:
+    assert set(LAUNCHERS) == set(SERVER_KINDS) and all(k == v.name for k, v in SERVER_KINDS.items())
+    assert [k for k, v in SERVER_KINDS.items() if v.stand_in] == ["rehearsal"]
+    assert [k for k, v in SERVER_KINDS.items() if not v.launched] == ["external"]
+    gpu = load_backend("vllm")
+    assert server_kind(gpu, ServerConfig(backend="vllm").for_rehearsal()).stand_in
+    assert server_kind(load_backend("vllm-cpu"), ServerConfig(backend="vllm-cpu")).local_engine
 
 
 def test_rehearsal_spec_scales_down_but_keeps_the_shape() -> None:

@@ -178,7 +178,7 @@ def test_the_digest_that_ran_is_in_every_run_and_cell_record(tmp_path: Path) -> 
     from bakeoff.campaign.runner import RunTarget, execute_plan
     from bakeoff.measure.client import ClientSettings
     from bakeoff.results.store import RUN_INFO, read_json
-    from bakeoff.serving.process import ServerHandle
+    from bakeoff.serving.handle import ServerHandle
     from bakeoff.serving.reference import serve_reference
     from bakeoff.workloads.kinds import ConcurrencySweep
     from bakeoff.workloads.plans import PlannedRequest, RunPlan

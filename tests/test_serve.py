@@ -24,7 +24,7 @@ import pytest
 
 from bakeoff.backends.spec import load_backend
 from bakeoff.cli.serve_cmd import bench_line
-from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.handle import ServerHandle
 
 BACKEND = """\
 name: refproc

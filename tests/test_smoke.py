@@ -25,7 +25,7 @@ from bakeoff.errors import LaunchError
 from bakeoff.report.serving_checks import effective_values_table, smoke_table
 from bakeoff.results.smoke import SmokeResult, SmokeServer, SmokeStep, read_smoke, smoke_rows
 from bakeoff.results.store import write_json
-from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.handle import ServerHandle
 
 REPO = Path(__file__).resolve().parents[1]
 THREE = REPO / "campaigns" / "gpu-7b-three-frameworks.yaml"

@@ -54,6 +54,7 @@ from bakeoff.backends.spec import BackendSpec, KnobValue, load_backend
 from bakeoff.backends.tune_space import COST_ORDER as COST_ORDER  # the one cost order, shared with tune
 from bakeoff.errors import BakeoffError, SpecError
 from bakeoff.host.cpu_checks import host_cpu_flags, refusal
+from bakeoff.results.campaign_copy import CampaignCopy
 from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, read_json
 
@@ -476,8 +477,8 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
     """A campaign running each advised server as measured and as proposed, on the workloads concerned."""
     if not steps:
         raise SpecError(f"{campaign_dir}: no advice to test (no measured diagnosis with a knob left to turn)")
-    raw = read_campaign_copy(campaign_dir)
-    servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
+    campaign = read_campaign_copy(campaign_dir)
+    servers_raw = {s.name: s.written() for s in campaign.servers}
     servers: list[dict[str, Any]] = []
     for step in steps:
         base = dict(servers_raw[step.server])
@@ -486,15 +487,15 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
         variant = {**base, "label": step.label, "knobs": {**(base.get("knobs") or {}), step.knob: step.proposed}}
         if all(s["label"] != variant["label"] for s in servers):
             servers.append(variant)
-    workloads = _advised_workloads(raw, steps)
+    workloads = _advised_workloads(campaign, steps)
     keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "interleave", *REPEAT_KEYS)
     advice = {
-        "name": f"{raw['name']}-advice",
+        "name": f"{campaign.name}-advice",
         "description": "Written by `bakeoff advise` from "
         + str(campaign_dir.resolve())
         + ": "
         + " ".join(f"{s.server}: {s.knob} {s.current!r} -> {s.proposed!r} ({s.diagnosis.bound}-bound)." for s in steps),
-        **{k: raw[k] for k in keep if k in raw},
+        **campaign.sections(keep),
         "measure_warm_restart": False,  # the advice is about speed at a load: no restart timing
         "servers": servers,
         "workloads": workloads,
@@ -505,7 +506,7 @@ def write_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Path:
     return out
 
 
-def _advised_workloads(raw: dict[str, Any], steps: list[Step]) -> list[dict[str, Any]]:
+def _advised_workloads(campaign: CampaignCopy, steps: list[Step]) -> list[dict[str, Any]]:
     """The workloads the steps concern; a concurrency sweep cut to the levels the diagnoses cite."""
     levels: dict[str, set[int]] = {}
     for step in steps:
@@ -513,8 +514,8 @@ def _advised_workloads(raw: dict[str, Any], steps: list[Step]) -> list[dict[str,
         if step.level is not None:
             cited.add(int(step.level))
     found = []
-    for w in raw["workloads"]:
-        name = str(w.get("name") or w.get("kind"))
+    for w in campaign.workloads:
+        name = campaign.workload_name(w)
         if name not in levels:
             continue
         if w.get("kind") == "concurrency" and levels[name] & set(w.get("levels") or []):
@@ -552,8 +553,8 @@ def write_tune_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Pat
     """The advice handed to ``bakeoff tune``: the advised servers as measured, searching the advised knobs."""
     if not steps:
         raise SpecError(f"{campaign_dir}: no advice to tune from (no measured diagnosis with a knob left to turn)")
-    raw = read_campaign_copy(campaign_dir)
-    servers_raw = {str(s.get("label") or s["backend"]): s for s in raw["servers"]}
+    campaign = read_campaign_copy(campaign_dir)
+    servers_raw = {s.name: s.written() for s in campaign.servers}
     first = steps[0]
     # One workload and one search space for every server searched: a step whose value another
     # advised backend cannot take (llama.cpp's q8_0 is no vLLM-CPU quantization) stays in advice.yaml.
@@ -569,12 +570,12 @@ def write_tune_campaign(campaign_dir: Path, steps: list[Step], out: Path) -> Pat
         tune["load"] = first.level
     keep = ("model", "slo", "gpu", "memory_bandwidth_gbs", "start_attempts", "quality")
     advice = {
-        "name": f"{raw['name']}-advice",
+        "name": f"{campaign.name}-advice",
         "description": "Written by `bakeoff advise --tune` from " + str(campaign_dir.resolve()),
-        **{k: raw[k] for k in keep if k in raw},
+        **campaign.sections(keep),
         "measure_warm_restart": False,
         "servers": servers,
-        "workloads": [w for w in raw["workloads"] if str(w.get("name") or w.get("kind")) == first.workload],
+        "workloads": [w for w in campaign.workloads if campaign.workload_name(w) == first.workload],
         "tune": tune,
     }
     header = "# The advised knobs, to search from here: bakeoff tune this-file (written by bakeoff advise --tune).\n"

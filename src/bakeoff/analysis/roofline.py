@@ -45,6 +45,7 @@ from bakeoff.errors import SpecError
 from bakeoff.host.gpus import gpu_names as nvml_names
 from bakeoff.measure.load_modes import load_level
 from bakeoff.paths import models_dir, user_cache_dir
+from bakeoff.results.campaign_copy import CampaignCopy
 from bakeoff.results.layout import CellResult, load_cells, read_campaign_copy
 from bakeoff.results.store import RUN_INFO, atomic_write_bytes, read_json_or_empty
 
@@ -224,15 +225,11 @@ def model_shape(folder: Path) -> ModelShape | None:
 # --- a campaign's runs against the floor ----------------------------------------------------
 
 
-def _campaign_raw(campaign_dir: Path) -> dict[str, Any]:
-    return read_campaign_copy(campaign_dir)
-
-
-def _model_folder(campaign: dict[str, Any], cell: CellResult) -> Path | None:
+def _model_folder(campaign: CampaignCopy, cell: CellResult) -> Path | None:
     server_path = cell.server.get("model_path")
     if server_path:
         return Path(server_path)
-    model = campaign.get("model")
+    model = campaign.model
     if isinstance(model, str):
         return models_dir() / model if model in ("tiny", "small") else Path(model)
     if not isinstance(model, dict):
@@ -255,9 +252,9 @@ def _run_bandwidth(run_dir: Path, accelerator: Literal["cpu", "gpu"], override: 
 
 def campaign_roofline(campaign_dir: Path) -> list[dict[str, Any]]:
     """One row per measured concurrency-1 run: its TPOT P50 against the decode floor (the efficiency)."""
-    campaign = _campaign_raw(campaign_dir)
-    override = campaign.get("memory_bandwidth_gbs")
-    accelerator: Literal["cpu", "gpu"] = "gpu" if campaign.get("gpu") else "cpu"
+    campaign = read_campaign_copy(campaign_dir)
+    override = campaign.memory_bandwidth_gbs
+    accelerator: Literal["cpu", "gpu"] = "gpu" if campaign.gpu else "cpu"
     rows: list[dict[str, Any]] = []
     shapes: dict[Path, ModelShape | None] = {}
     for cell in load_cells(campaign_dir):

@@ -168,24 +168,19 @@ class Design:
     paired: bool = True  # interleaved repeats: repeat r of every server ran in round r
 
 
-def _raw(campaign_dir: Path) -> dict[str, object]:
-    return read_campaign_copy(campaign_dir)
-
-
 def campaign_slo(campaign_dir: Path) -> Slo:
-    return resolve_slo(Slo.model_validate(_raw(campaign_dir).get("slo") or {}))
+    return resolve_slo(Slo.model_validate(read_campaign_copy(campaign_dir).slo or {}))
 
 
 def campaign_design(campaign_dir: Path) -> Design:
     """The comparison a campaign's copy asks for (the spec was validated when it ran)."""
-    raw = _raw(campaign_dir)
-    effect = parse_threshold("min_effect", raw.get("min_effect", MIN_EFFECT), where="")
+    campaign = read_campaign_copy(campaign_dir)
+    written = campaign.min_effect
+    effect = parse_threshold("min_effect", MIN_EFFECT if written is None else written, where="")
     alpha = ALPHA
-    if raw.get("repeats") == "auto":
-        low, high = raw.get("min_repeats", 2), raw.get("max_repeats")
-        if isinstance(low, int) and isinstance(high, int):
-            alpha = look_alpha(ALPHA, planned_looks(low, high))
-    return Design(effect, alpha, raw.get("interleave", True) is not False)
+    if campaign.repeats == "auto" and campaign.max_repeats is not None:
+        alpha = look_alpha(ALPHA, planned_looks(campaign.min_repeats, campaign.max_repeats))
+    return Design(effect, alpha, campaign.interleave)
 
 
 def _bounded(slo: Slo) -> bool:

@@ -46,8 +46,8 @@ from bakeoff.results.store import (
 from bakeoff.results.summary import Cost, Effort, RunSummary
 from bakeoff.serving import launchers
 from bakeoff.serving.death_watch import watch_for
+from bakeoff.serving.handle import ServerHandle
 from bakeoff.serving.launchers import LaunchContext
-from bakeoff.serving.process import ServerHandle
 from bakeoff.serving.trtllm_log import read_pytorch_build
 from bakeoff.workloads.kinds import OpenLoop, Soak
 from bakeoff.workloads.plan_store import load_plans
@@ -249,10 +249,12 @@ def _run_plans(
         settings = client_settings(cell, handle, count_tokens)
         server_info = {**effort["server"], "base_url": handle.base_url, "startup_s": handle.startup_s}
         watch = lambda: watch_for(handle)  # noqa: E731 - a fresh watch per run
-        pid = handle.pid if handle.kind in ("process", "rehearsal") else None  # its CPU/RSS go into telemetry
-        target = RunTarget(settings, cell.backend, server_info, slo, show_progress=False, watch=watch, server_pid=pid)
+        # A local server's CPU/RSS go into telemetry (pid is None for a container or an external server).
+        target = RunTarget(
+            settings, cell.backend, server_info, slo, show_progress=False, watch=watch, server_pid=handle.pid
+        )
         target.client_processes = cell.client_processes
-        target.gpus = pinned_indices(handle)  # NVML telemetry and energy from the server's own GPUs
+        target.gpus = handle.pinned_indices()  # NVML telemetry and energy from the server's own GPUs
         result = execute_plan(plan, target, cell_dir / "runs" / plan.name, cache_state=cache, repeat=cell.repeat)
         server.ran(plan)
         summaries[plan.name] = result
@@ -313,11 +315,11 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
     knob_costs = {k: cell.backend.knobs[k].change_needs for k in cell.backend.knobs}
     return {
         "cold_start_s": handle.startup_s,
-        "image_build_s": handle.extra.get("image_build_s"),
-        "engine_build_s": handle.extra.get("engine_build_s"),
-        "engine_build_step": handle.extra.get("engine_build_step"),
+        "image_build_s": handle.build.image_build_s,
+        "engine_build_s": handle.build.engine_build_s,
+        "engine_build_step": handle.build.engine_build_step,
         # True: the engine came from the cache and engine_build_s is the original build's time.
-        "engine_build_cached": handle.extra.get("engine_build_cached"),
+        "engine_build_cached": handle.build.engine_build_cached,
         # TensorRT-LLM's PyTorch flow builds at start (load, autotune, CUDA graphs): its log says how long.
         "pytorch_build": build.model_dump() if (build := read_pytorch_build(handle.log_path)) is not None else None,
         "flags_changed": len(launch.non_default),
@@ -339,18 +341,9 @@ def _static_effort(cell: Cell, launch: RenderedLaunch, handle: ServerHandle) -> 
             "image_digest": handle.image_digest,
             "base_url": handle.base_url,
             "dtypes": effective_dtypes(cell.backend, dict(cell.server.knobs), handle.weight_types),
-            "gpus": handle.extra.get("gpus"),
+            "gpus": gpus.to_json() if (gpus := handle.placement.gpus) is not None else None,
         },
     }
-
-
-def pinned_indices(handle: ServerHandle) -> list[int] | None:
-    """The NVML indices of the GPUs a launcher pinned the server to (None: not a pinned GPU server)."""
-    pinned = handle.extra.get("gpus")
-    devices = pinned.get("devices") if isinstance(pinned, dict) else None
-    if not isinstance(devices, list) or not all(isinstance(d, str) and d.isdigit() for d in devices):
-        return None
-    return [int(d) for d in devices]
 
 
 def image_defaults(campaign_dir: Path, label: str) -> dict[str, Any] | None:

@@ -251,7 +251,7 @@ def prepare(
     source = resolve_model(spec.model)
     cells = expand(spec, source.local_dir, only)
     for cell in cells:
-        if cell.backend.python == "engine" and launchers.launcher_kind(cell.backend, cell.server) == "process":
+        if cell.backend.python == "engine" and launchers.server_kind(cell.backend, cell.server).local_engine:
             engine_python()  # before any server starts: a missing engine environment names its fix
     out_dir.mkdir(parents=True, exist_ok=True)
     if run.stood_in is not None:

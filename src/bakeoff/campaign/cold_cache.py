@@ -27,7 +27,7 @@ from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.backends.spec import BackendSpec
 from bakeoff.measure.load_modes import load_mode
 from bakeoff.observe.telemetry import CacheReset
-from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.handle import ServerHandle
 from bakeoff.workloads.plans import RunPlan
 
 Starter = Callable[[], AbstractContextManager[tuple[ServerHandle, RenderedLaunch]]]

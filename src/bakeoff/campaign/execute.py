@@ -59,7 +59,8 @@ from bakeoff.results.store import (
     write_json,
 )
 from bakeoff.serving.containers import reap_containers
-from bakeoff.serving.process import ServerHandle, reap_leftovers
+from bakeoff.serving.handle import ServerHandle
+from bakeoff.serving.process import reap_leftovers
 
 
 def write_preflight(out: Path, checks: list[PreflightResult], *, skipped: bool) -> None:

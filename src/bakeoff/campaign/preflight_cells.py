@@ -18,6 +18,7 @@ refusal before any server starts; the command runs every check it can.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from bakeoff.backends.launch_render import RenderedLaunch, render_launch
@@ -29,6 +30,7 @@ from bakeoff.errors import RuntimeMissingError, SpecError
 from bakeoff.serving.container_runtime import find_runtime
 from bakeoff.serving.containers import render_container_launch
 from bakeoff.serving.engine_env import interpreter
+from bakeoff.serving.handle import SERVER_KINDS, LauncherKind
 from bakeoff.serving.images import image_fix_hint, inspect_image
 from bakeoff.serving.launchers import launcher_kind
 
@@ -54,37 +56,64 @@ def _wheel_flags(cell: Cell) -> set[str] | None:
     return set(load_index(found[0], packages).flags)
 
 
-def check_server(cell: Cell, *, automatic: bool) -> PreflightResult:
-    """One server's pre-flight; ``automatic`` skips what would cost more than seconds (process engines)."""
+def _external(cell: Cell, automatic: bool) -> PreflightResult:
+    return PreflightResult(
+        cell.server.label, cell.backend.name, "skipped", "already running at its url; not launched by bakeoff"
+    )
+
+
+def _rehearsal(cell: Cell, automatic: bool) -> PreflightResult:
+    """The stand-in's container command, its flags checked against the release's cached wheel."""
+    launch = render_container_launch(cell.backend, dict(cell.server.knobs), served_model_name=SERVED)
+    command = preflight_command(launch, runtime="podman", python=_image_python(launch), model="/model")
+    return stand_in(cell.server.label, launch, _wheel_flags(cell), command)
+
+
+def _container(cell: Cell, automatic: bool) -> PreflightResult:
+    """The framework's own parser, run in the backend's image where the image is here."""
     label, backend = cell.server.label, cell.backend
-    kind = launcher_kind(backend, cell.server)
-    if kind == "external":
-        return PreflightResult(label, backend.name, "skipped", "already running at its url; not launched by bakeoff")
-    if backend.preflight is None:
-        return PreflightResult(label, backend.name, "skipped", "its YAML names no parser (preflight:)")
-    knobs = dict(cell.server.knobs)
-    if kind in ("container", "rehearsal"):
-        launch = render_container_launch(backend, knobs, served_model_name=SERVED)
-        if kind == "rehearsal":
-            command = preflight_command(launch, runtime="podman", python=_image_python(launch), model="/model")
-            return stand_in(label, launch, _wheel_flags(cell), command)
-        assert backend.container is not None
-        try:
-            runtime = find_runtime()
-        except RuntimeMissingError as exc:
-            return PreflightResult(label, backend.name, "skipped", f"no container runtime here ({exc})")
-        image = backend.container.image
-        if not inspect_image(runtime, image, build=backend.container.build, missing_ok=True).present:
-            hint = image_fix_hint(runtime, image, backend.container.build)
-            return PreflightResult(label, backend.name, "skipped", f"image {image} is not here; get it with: {hint}")
-        command = preflight_command(launch, runtime=runtime, python=_image_python(launch), model="/model")
-        return run_preflight(label, command, backend)
+    assert backend.container is not None
+    launch = render_container_launch(backend, dict(cell.server.knobs), served_model_name=SERVED)
+    try:
+        runtime = find_runtime()
+    except RuntimeMissingError as exc:
+        return PreflightResult(label, backend.name, "skipped", f"no container runtime here ({exc})")
+    image = backend.container.image
+    if not inspect_image(runtime, image, build=backend.container.build, missing_ok=True).present:
+        hint = image_fix_hint(runtime, image, backend.container.build)
+        return PreflightResult(label, backend.name, "skipped", f"image {image} is not here; get it with: {hint}")
+    command = preflight_command(launch, runtime=runtime, python=_image_python(launch), model="/model")
+    return run_preflight(label, command, backend)
+
+
+def _process(cell: Cell, automatic: bool) -> PreflightResult:
+    """The framework's own parser in the engine's environment (seconds to minutes: not automatic)."""
+    label, backend = cell.server.label, cell.backend
     if automatic:
         return PreflightResult(label, backend.name, "skipped", "a process engine: run `bakeoff campaign preflight`")
     python = interpreter(backend)
     model = str(cell.server.model_path or "/model")
-    launch = render_launch(backend, knobs, model=model, served_model_name=SERVED, port=8000, python=python)
+    launch = render_launch(
+        backend, dict(cell.server.knobs), model=model, served_model_name=SERVED, port=8000, python=python
+    )
     return run_preflight(label, preflight_command(launch, runtime=None, python=python, model=model), backend)
+
+
+# One check per launcher kind (bakeoff.serving.launchers): what "the framework's own parser" means for it.
+CHECKS: dict[LauncherKind, Callable[[Cell, bool], PreflightResult]] = {
+    "external": _external,
+    "rehearsal": _rehearsal,
+    "container": _container,
+    "process": _process,
+}
+
+
+def check_server(cell: Cell, *, automatic: bool) -> PreflightResult:
+    """One server's pre-flight; ``automatic`` skips what would cost more than seconds (process engines)."""
+    kind = launcher_kind(cell.backend, cell.server)
+    if SERVER_KINDS[kind].launched and cell.backend.preflight is None:  # an external server is skipped either way
+        return PreflightResult(cell.server.label, cell.backend.name, "skipped", "its YAML names no parser (preflight:)")
+    return CHECKS[kind](cell, automatic)
 
 
 def preflight_cells(cells: list[Cell], *, automatic: bool = False) -> list[PreflightResult]:

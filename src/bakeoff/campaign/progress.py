@@ -21,14 +21,14 @@ from bakeoff.console import plural
 from bakeoff.history.calibration import Calibration
 from bakeoff.results.store import SUMMARY, read_summary
 from bakeoff.results.summary import STAT_LABELS, StatName
+from bakeoff.serving.handle import SERVER_KINDS, LauncherKind
 from bakeoff.serving.launchers import launcher_kind
 from bakeoff.workloads.kinds import Workload
 
-# Rough decode speeds per output token and start-up times: CPU figures from this project's
-# small model on 2 cores (8 ms/token); GPU ones typical of a 7-8B model on one GPU. A
-# rehearsal's stand-in (the reference server) is up in about a second.
+# Rough decode speeds per output token: CPU figures from this project's small model on 2 cores
+# (8 ms/token); GPU ones typical of a 7-8B model on one GPU. Each launcher kind's typical start-up
+# is its ServerKind's (bakeoff.serving.handle).
 TOKEN_S = {"cpu": 0.010, "gpu": 0.015}
-START_S = {"process": 60.0, "container": 120.0, "external": 2.0, "rehearsal": 2.0}
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class CellEstimate:
 def estimate_cell(
     wl: Workload,
     accelerator: str,
-    kind: str,
+    kind: LauncherKind,
     restart: bool,
     token_s: float | None = None,
     start_s: float | None = None,
@@ -55,9 +55,9 @@ def estimate_cell(
     """
     cost = wl.cost()
     token_s = token_s if token_s is not None else TOKEN_S.get(accelerator, TOKEN_S["gpu"])
-    start = start_s if start_s is not None and kind in ("process", "container") else None
-    one_start = start if start is not None else START_S.get(kind, START_S["process"])
-    started = one_start * (2 if restart and kind != "external" else 1) if starts else 0.0
+    server = SERVER_KINDS[kind]
+    one_start = start_s if start_s is not None and server.start_calibrated else server.start_s
+    started = one_start * (2 if restart and server.launched else 1) if starts else 0.0
     return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + started)
 
 
@@ -73,7 +73,8 @@ def duration(seconds: float) -> str:
 def assumptions() -> str:
     return (
         f"assuming ~{TOKEN_S['cpu'] * 1000:.0f} ms per output token on CPU, {TOKEN_S['gpu'] * 1000:.0f} ms on GPU, "
-        f"{START_S['process']:.0f} s per process start and {START_S['container']:.0f} s per container start"
+        f"{SERVER_KINDS['process'].start_s:.0f} s per process start and "
+        f"{SERVER_KINDS['container'].start_s:.0f} s per container start"
     )
 
 

@@ -73,6 +73,7 @@ from bakeoff.results.summary import (
     WorkloadInfo,
 )
 from bakeoff.serving.death_watch import DeathWatch, ServerDeath, url_watch
+from bakeoff.serving.handle import SERVER_KINDS
 from bakeoff.workloads.plans import RunPlan, designed_reuse, reusable_share
 
 
@@ -343,7 +344,7 @@ def _summarize_run(plan: RunPlan, target: RunTarget, run: _MeasuredRun, cache: C
             if died is None
             else ServerDied(**vars(died), requests_not_sent=_unsent(plan, run.records)),
             # A reference-server stand-in (campaign run --rehearse): never to be read as a measurement.
-            "rehearsal": target.server_info.get("kind") == "rehearsal",
+            "rehearsal": any(k.stand_in for k in SERVER_KINDS.values() if k.name == target.server_info.get("kind")),
             "cache_reset": CacheResetResult(**cache.to_json()),
             "prefix_cache": block,
             "agent_tasks": task_block(

@@ -58,8 +58,9 @@ from bakeoff.results.smoke import (
     smoke_rows,
     write_smoke,
 )
+from bakeoff.serving.handle import ServerHandle
 from bakeoff.serving.launchers import launcher_kind
-from bakeoff.serving.process import ServerHandle, probe
+from bakeoff.serving.process import probe
 from bakeoff.workloads.plans import PlannedRequest
 
 # Starts ``cell``'s server with its run folder: cell_run.start_server, passed in (no import cycle).
@@ -150,14 +151,14 @@ def _through_the_steps(cell: Cell, run_dir: Path, start: CellStarter, record: Sm
             step_began = time.monotonic()
             ok, detail = step()
             record.steps.append(SmokeStep(step=name, ok=ok, detail=detail, seconds=_since(step_began)))
-        base_url, external = server.current()[0].base_url, handle.kind == "external"
+        base_url, launched = server.current()[0].base_url, handle.server_kind.launched
         stop_began = time.monotonic()
-    record.steps.append(_stopped(base_url, cell, external, _since(stop_began)))
+    record.steps.append(_stopped(base_url, cell, launched, _since(stop_began)))
     return record
 
 
-def _stopped(base_url: str, cell: Cell, external: bool, seconds: float) -> SmokeStep:
-    if external:
+def _stopped(base_url: str, cell: Cell, launched: bool, seconds: float) -> SmokeStep:
+    if not launched:
         return SmokeStep(step="stop", ok=None, detail="an external server: not bakeoff's to stop")
     if probe(base_url + cell.backend.health.path, timeout_s=2.0) is not None:
         return SmokeStep(step="stop", ok=False, detail=f"{base_url} still answers after the stop", seconds=seconds)

@@ -15,14 +15,14 @@ from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.backends.spec import BackendSpec
 from bakeoff.observe.memory_account import account
 from bakeoff.results.memory import MEMORY_FILE, MemorySource, write_memory
-from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.handle import ServerHandle
 
 
 def memory_source(backend: BackendSpec, handle: ServerHandle) -> MemorySource:
     """Which telemetry column is the engine's memory: NVML on a GPU server, the process tree's RSS on a local one."""
     if backend.accelerator == "gpu":
         return "nvml"
-    return "rss" if handle.pid is not None and handle.kind in ("process", "rehearsal") else "none"
+    return "rss" if handle.pid is not None else "none"  # a local process tree (a process server, a stand-in)
 
 
 def write_account(

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.backends.launch_render import RenderedLaunch
-from bakeoff.serving.process import ServerHandle
+from bakeoff.serving.handle import ServerHandle
 
 if TYPE_CHECKING:
     from bakeoff.campaign.cells import Cell

@@ -24,7 +24,7 @@ from bakeoff.errors import LaunchError, SpecError
 # from this module; --help and a refused flag should not load it).
 if TYPE_CHECKING:
     from bakeoff.backends.spec import BackendSpec
-    from bakeoff.serving.process import ServerHandle
+    from bakeoff.serving.handle import ServerHandle
 
 # How often the foreground loop checks that the server is still up.
 CHECK_S = 1.0
@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bakeoff.host.cpu_checks import check_cpu_needs, host_cpu_flags
     from bakeoff.host.gpus import gpu_available
     from bakeoff.models.model_source import ModelRef, model_shorthand, resolve_model
-    from bakeoff.serving.launchers import LaunchContext, launcher_kind, start_server
+    from bakeoff.serving.launchers import LaunchContext, server_kind, start_server
     from bakeoff.serving.process import port_in_use
 
     backend = load_backend(args.backend)
@@ -89,15 +89,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None and port_in_use(args.port):
         raise SpecError(f"--port {args.port}: already in use; pick another, or leave --port out for a free one")
     source = resolve_model(ModelRef.model_validate(model_shorthand(args.model)))
-    kind = launcher_kind(backend, server)
-    if backend.accelerator == "gpu" and kind != "rehearsal" and not gpu_available():
+    kind = server_kind(backend, server)
+    if backend.accelerator == "gpu" and not kind.stand_in and not gpu_available():
         raise SpecError(f"{backend.name} needs a GPU and this machine has none; add --rehearse to serve its stand-in")
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"bakeoff-serve-{backend.name}-"))
     ctx = LaunchContext(server, backend, source, args.served_name, log_dir, port=args.port)
-    print(f"starting {backend.name} ({backend.display_name}) as a {kind}; log: {log_dir / 'server.log'}", flush=True)
+    print(
+        f"starting {backend.name} ({backend.display_name}) as a {kind.name}; log: {log_dir / 'server.log'}", flush=True
+    )
     try:
         with start_server(ctx) as (handle, launch):
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()) if kind == "process")
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()) if kind.local_engine)
             local = source.local_dir
             tokenizer = local if local is not None and (local / "tokenizer.json").is_file() else None
             lines = [

@@ -61,9 +61,8 @@ def campaign_name(folder: Path) -> str:
     path = folder / CAMPAIGN_COPY
     if not path.is_file():
         raise SpecError(f"{folder}: not a campaign folder or archive (no {CAMPAIGN_COPY}); give reports/NAME")
-    raw = read_campaign_copy(folder)
-    name = raw.get("name") if isinstance(raw, dict) else None
-    if not isinstance(name, str) or not name:
+    name = read_campaign_copy(folder).name
+    if not name:
         raise SpecError(f"{path}: no campaign name in it")
     return name.replace("/", "_")
 

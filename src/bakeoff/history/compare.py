@@ -45,7 +45,7 @@ from bakeoff.console import text_table
 from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.history.baseline import Ref, baseline_archives, resolve
-from bakeoff.history.index import campaign_raw, repeat_groups, run_facts
+from bakeoff.history.index import repeat_groups, run_facts
 from bakeoff.results.layout import cell_names, read_campaign_copy
 from bakeoff.results.store import CELL_INFO, read_json, read_json_or_empty
 
@@ -109,13 +109,13 @@ def _where(folder: Path) -> str:
 def load_side(ref: Ref) -> Side:
     """Every run's gate metrics over its repeats (and each cell's quality rates) of a folder, by key."""
     side = Side()
-    raw = campaign_raw(ref.folder)
+    campaign = read_campaign_copy(ref.folder)
     for key, repeats in repeat_groups(ref.folder).items():
         if ref.server is not None and key[0] != ref.server:
             continue
         side.readings[key] = estimates([r.summary for r in repeats])
         side.unsupported[key] = unsupported([r.summary for r in repeats], list(GATE_METRICS))
-        facts = run_facts(ref.folder, repeats[0], raw)
+        facts = run_facts(ref.folder, repeats[0], campaign)
         started = facts["started_at"].isoformat(timespec="seconds") if facts["started_at"] else None
         side.configs.setdefault(
             key[0],
@@ -192,9 +192,9 @@ class Comparison:
 
 def thresholds_of(folder: Path) -> dict[str, float]:
     """The gate of a campaign folder or archive: its campaign.yaml's regression block, else the defaults."""
-    raw = read_campaign_copy(folder)
+    campaign = read_campaign_copy(folder)
     try:
-        return effective(parse_thresholds(raw.get("regression") if isinstance(raw, dict) else None))
+        return effective(parse_thresholds(campaign.regression))
     except ValueError as exc:
         raise SpecError(f"{folder / arch.CAMPAIGN_COPY}: {exc}") from exc
 

@@ -45,6 +45,7 @@ from bakeoff.analysis.thresholds import GATE_METRICS, estimates, quality_reading
 from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.observe.origin import FRAMEWORK_PACKAGES
+from bakeoff.results.campaign_copy import CampaignCopy
 from bakeoff.results.layout import cell_names, read_campaign_copy
 from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 
@@ -96,13 +97,10 @@ def _time(text: object) -> dt.datetime | None:
         return None
 
 
-def _model(campaign: dict[str, Any], server: dict[str, Any]) -> str | None:
+def _model(campaign: CampaignCopy, server: dict[str, Any]) -> str | None:
     if server.get("model_path"):
         return str(server["model_path"])
-    model = campaign.get("model")
-    if isinstance(model, dict):
-        return str(model.get("hf_id") or model.get("preset") or model.get("path") or "") or None
-    return str(model) if model else None
+    return campaign.model_label()
 
 
 def _framework(summary_version: str | None, info: dict[str, Any]) -> str | None:
@@ -125,7 +123,7 @@ def repeat_groups(folder: Path) -> dict[RunKey, list[arch.FinishedRun]]:
     return groups
 
 
-def run_facts(folder: Path, run: arch.FinishedRun, campaign: dict[str, Any]) -> dict[str, Any]:
+def run_facts(folder: Path, run: arch.FinishedRun, campaign: CampaignCopy) -> dict[str, Any]:
     """One ``runs`` row: what ran, where, with what, and when (summary, run.json, cell.json, campaign)."""
     info = read_json_or_empty(run.folder / RUN_INFO)
     cell = read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO)
@@ -169,7 +167,7 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
     for folder in arch.archives(root):
         meta = arch.manifest(folder)
         ident = arch.archive_id(folder)
-        raw = campaign_raw(folder)
+        campaign = read_campaign_copy(folder)
         revision = (meta.get("campaign_file") or {}).get("git_revision")
         runs = arch.finished_runs(folder)
         tables["archives"].append(
@@ -188,7 +186,7 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
         for run in runs:
             run_id = f"{ident}/{run.cell_id}/{run.run}"
             row = {"run_id": run_id, "archive": ident, "campaign": meta.get("campaign")}
-            row |= run_facts(folder, run, raw)
+            row |= run_facts(folder, run, campaign)
             row |= {"campaign_revision": revision, "rehearsal": bool(meta.get("rehearsal"))}
             tables["runs"].append(row)
             for name, reading in readings(run.summary).items():
@@ -235,10 +233,6 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
                     }
                 )
     return tables
-
-
-def campaign_raw(folder: Path) -> dict[str, Any]:
-    return read_campaign_copy(folder)
 
 
 def load_baselines(root: Path) -> dict[str, dict[str, dict[str, Any]]]:

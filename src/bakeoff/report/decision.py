@@ -94,9 +94,9 @@ def answers(found: list[WorkloadVerdict]) -> list[Answer]:
 
 def question(campaign_dir: Path, found: list[WorkloadVerdict]) -> str:
     """The question the campaign asks, in words: which server, on what, ranked by what, under what SLO."""
-    raw = read_campaign_copy(campaign_dir)
-    servers = [str(s.get("label") or s.get("backend")) for s in raw.get("servers") or []]
-    model = raw.get("model") or {}
+    campaign = read_campaign_copy(campaign_dir)
+    servers = [s.name for s in campaign.servers]
+    model = campaign.model if isinstance(campaign.model, dict) else {"path": campaign.model or "the model"}
     named = model.get("preset") or model.get("served_name") or Path(str(model.get("path", "the model"))).name
     unit = found[0].unit if found else "throughput"
     slo = verdict.campaign_slo(campaign_dir)
@@ -110,8 +110,7 @@ def question(campaign_dir: Path, found: list[WorkloadVerdict]) -> str:
 
 def repeat_design(campaign_dir: Path) -> str | None:
     """How repeats spent their engine starts (``warm_repeats``), as the campaign ran, or None when cold."""
-    raw = read_campaign_copy(campaign_dir)
-    if not raw.get("warm_repeats"):
+    if not read_campaign_copy(campaign_dir).warm_repeats:
         return None
     return "Repeats on one warm start; cold start measured once per server."
 

@@ -32,10 +32,6 @@ ROOFLINE_NOTE = (
 )
 
 
-def _campaign(campaign_dir: Path) -> dict[str, Any]:
-    return read_campaign_copy(campaign_dir)
-
-
 def palette(frame: pd.DataFrame) -> dict[str, Any]:
     """The campaign's palette: every server in the results frame, one colour each."""
     return server_palette(frame["server"]) if not frame.empty else {}
@@ -133,8 +129,7 @@ def pareto_figures(
     """
     if pareto_withheld(campaign_dir) is not None:
         return []
-    campaign = _campaign(campaign_dir)
-    gpu = bool(campaign.get("gpu"))
+    gpu = read_campaign_copy(campaign_dir).gpu
     units = {}
     for cell in load_cells(campaign_dir):
         label = cell.label

@@ -171,8 +171,7 @@ def gpu_host_markdown(campaign_dir: Path) -> str | None:
 
 def effort_notes(campaign_dir: Path) -> list[str]:
     """The notes under the effort table that apply to this campaign (GPU-memory knobs: GPU campaigns only)."""
-    spec = read_campaign_copy(campaign_dir)
-    return [MEMORY_KNOB_NOTE, BATCHED_TOKENS_NOTE] if isinstance(spec, dict) and spec.get("gpu") else []
+    return [MEMORY_KNOB_NOTE, BATCHED_TOKENS_NOTE] if read_campaign_copy(campaign_dir).gpu else []
 
 
 def kv_pool_table(campaign_dir: Path) -> pd.DataFrame:
@@ -182,13 +181,11 @@ def kv_pool_table(campaign_dir: Path) -> pd.DataFrame:
     the launches were rendered with.
     """
     spec = read_campaign_copy(campaign_dir)
-    if not spec.get("kv_pool"):
+    if not spec.kv_pool:
         return pd.DataFrame()
-    pool = KvPool.model_validate(spec["kv_pool"])
-    servers = [s for s in spec.get("servers") or [] if isinstance(s, dict) and not s.get("url")]
-    settings = kv_pool_settings(
-        pool, [(str(s.get("label") or s["backend"]), load_backend(str(s["backend"]))) for s in servers]
-    )
+    pool = KvPool.model_validate(spec.kv_pool)
+    servers = [s for s in spec.servers if not s.url]
+    settings = kv_pool_settings(pool, [(s.name, load_backend(s.backend)) for s in servers])
     suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
     return pd.DataFrame(
         [
@@ -206,14 +203,14 @@ def kv_pool_table(campaign_dir: Path) -> pd.DataFrame:
 
 def campaign_title(campaign_dir: Path) -> str:
     spec = read_campaign_copy(campaign_dir)
-    title = f"# bakeoff report: {spec.get('name')}\n\n{spec.get('description', '')}"
+    title = f"# bakeoff report: {spec.name}\n\n{spec.description}"
     apart = measured_apart_note(campaign_dir)
     if apart is not None:
         title = f"{title}\n\n{apart}"
     rehearsal = rehearsal_marker(campaign_dir)
     if rehearsal is None:
         return title
-    title = f"# REHEARSAL of {spec.get('name')} — not a measurement\n\n{spec.get('description', '')}"
+    title = f"# REHEARSAL of {spec.name} — not a measurement\n\n{spec.description}"
     title += f"\n\n{apart}" if apart is not None else ""
     return (
         f"{title}\n\n> {REHEARSAL_BANNER}\n>\n> Campaign: `{rehearsal['source_campaign']}` (scaled down); "

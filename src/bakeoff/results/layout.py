@@ -5,7 +5,10 @@ What the campaign stage writes and every reader (report, verdict, advice, histor
 ``runs/*/summary.json``, ``quality.json`` beside a cell's runs, and ``rehearsal.json`` at the top
 of a rehearsal. :func:`load_cells` returns one :class:`CellResult` per cell folder, so a reader
 names the fields it uses instead of indexing an untyped dict; ``cell.json`` is read through
-:mod:`bakeoff.results.cell_record`, its versioned model.
+:mod:`bakeoff.results.cell_record`, its versioned model. :func:`read_campaign_copy` is the one
+reader of ``campaign.yaml`` below the spec loader, as a typed view
+(:class:`~bakeoff.results.campaign_copy.CampaignCopy`); :func:`load_yaml` is the YAML reader it and
+the other plain-data files (CDI specs, the audit's defaults table) share.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from bakeoff.errors import SpecError
+from bakeoff.results.campaign_copy import CampaignCopy
 from bakeoff.results.cell_record import read_cell_record
 from bakeoff.results.store import CELL_INFO, SUMMARY, read_json, read_summary
 from bakeoff.results.summary import RunSummary
+from bakeoff.schema import format_validation_error
 
 CAMPAIGN_COPY = "campaign.yaml"  # as written by bakeoff.campaign.cells.prepare
 CELL_SEPARATOR = "__"  # a cell folder is SERVER__WORKLOAD, and SERVER__WORKLOAD__rN for repeat N > 1
@@ -81,15 +88,19 @@ def load_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def read_campaign_copy(folder: Path) -> dict[str, Any]:
-    """The campaign as run (``campaign.yaml`` in a campaign folder or archive), as its raw mapping.
+def read_campaign_copy(folder: Path) -> CampaignCopy:
+    """The campaign as run (``campaign.yaml`` in a campaign folder or archive), as its typed view.
 
-    The one place a campaign folder's copy is read outside the spec loader: report, analysis and
-    history sit below the campaign stage and cannot import :class:`CampaignSpec`, so they read the
-    file here and name the keys they use. An empty or non-mapping file reads as ``{}``.
+    The one place a campaign folder's copy is read outside the spec loader (why a view and not
+    the spec: :mod:`bakeoff.results.campaign_copy`). An empty or non-mapping file reads as a
+    campaign with every default; one whose fields cannot be read is a SpecError naming them.
     """
-    raw = load_yaml((folder / CAMPAIGN_COPY).read_text())
-    return raw if isinstance(raw, dict) else {}
+    path = folder / CAMPAIGN_COPY
+    raw = load_yaml(path.read_text())
+    try:
+        return CampaignCopy.model_validate(raw if isinstance(raw, dict) else {})
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(str(path), exc)) from exc
 
 
 @dataclass(frozen=True)

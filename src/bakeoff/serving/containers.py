@@ -33,8 +33,9 @@ from bakeoff.models.model_source import ContainerModel
 from bakeoff.results.store import atomic_write_bytes
 from bakeoff.serving.container_runtime import find_runtime, runtime_cli, runtime_command
 from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
+from bakeoff.serving.handle import BuildSteps, Placement, ServerHandle
 from bakeoff.serving.images import ensure_image
-from bakeoff.serving.process import ServerHandle, port_in_use, wait_ready
+from bakeoff.serving.process import port_in_use, wait_ready
 from bakeoff.serving.runtime_facts import RuntimeFacts, find_gpu_runtime, live_runtime_facts
 
 CONTAINER_CONFIG_DIR = "/bakeoff"
@@ -301,12 +302,8 @@ def run_container(
             container_id=container_id,
             image=spec.image,
             image_digest=info.digest,
-            extra={
-                "runtime": runtime,
-                "container_name": name,
-                "image_build_s": info.build_s,
-                "gpus": gpus.to_json() if gpus is not None else None,
-            },
+            build=BuildSteps(image_build_s=info.build_s),
+            placement=Placement(gpus=gpus, runtime=runtime, container_name=name),
         )
     finally:
         # By name: it is known even when Ctrl-C came before `run -d` printed the ID.

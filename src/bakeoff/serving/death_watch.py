@@ -37,7 +37,8 @@ import psutil
 
 from bakeoff.results.records import RequestRecord
 from bakeoff.serving.containers import container_running
-from bakeoff.serving.process import ServerHandle, log_tail
+from bakeoff.serving.handle import ServerHandle
+from bakeoff.serving.process import log_tail
 
 # Consecutive failed connects (no answer in between) that end a run on their own.
 CONNECT_FAILURES = 5
@@ -228,10 +229,10 @@ class DeathWatch:
 
 def watch_for(handle: ServerHandle) -> DeathWatch:
     """The closest watch over a server bakeoff launched, its log quoted in the verdict."""
-    if handle.kind in ("process", "rehearsal") and handle.pid is not None:
+    if handle.pid is not None:  # a local process group (a process server, a rehearsal's stand-in)
         return DeathWatch(process_probe(handle.pid), poll=True, inline=True, log_path=handle.log_path)
-    runtime = handle.extra.get("runtime")
-    if handle.kind == "container" and handle.container_id and isinstance(runtime, str):
+    runtime = handle.placement.runtime
+    if handle.container_id and runtime is not None:
         return DeathWatch(container_probe(runtime, handle.container_id), poll=True, log_path=handle.log_path)
     return url_watch(handle.base_url, handle.log_path)
 

@@ -17,9 +17,12 @@ rehearsal  the reference server in the backend's framework profile, standing in 
 external   nothing: the server at ``url`` in the campaign (a hosted endpoint, a gateway)
 ========== ===============================================================================
 
-:func:`launcher_kind` decides which; :data:`LAUNCHERS` maps a kind to its function, so a
-new kind is added here and nowhere else. Nothing here measures: :mod:`bakeoff.campaign.execute`
-drives the load once a handle is yielded.
+:func:`launcher_kind` decides which; :data:`LAUNCHERS` maps a kind to its function and
+:data:`bakeoff.serving.handle.SERVER_KINDS` to what the kind means around the start (launched
+by bakeoff or not, a stand-in or not, a typical start-up), so a new kind is added in those two
+dicts and nowhere else: callers ask :func:`server_kind` or the handle, never compare kind
+strings. Nothing here measures: :mod:`bakeoff.campaign.execute` drives the load once a handle is
+yielded.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from bakeoff.backends.knobs import model_file_choice
 from bakeoff.backends.launch_render import RenderedLaunch, render_launch
@@ -50,7 +53,8 @@ from bakeoff.serving.containers import container_run_args, render_container_laun
 from bakeoff.serving.engine_build import build_engine
 from bakeoff.serving.engine_env import interpreter
 from bakeoff.serving.gpu_pinning import GpuAssignment, assign_gpus, gpu_count
-from bakeoff.serving.process import ServerHandle, free_port, run_local_process
+from bakeoff.serving.handle import SERVER_KINDS, BuildSteps, LauncherKind, Placement, ServerHandle, ServerKind
+from bakeoff.serving.process import free_port, run_local_process
 from bakeoff.serving.stand_in_quality import (
     BROKEN_EVERY,
     CANNED_FILE,
@@ -64,8 +68,6 @@ from bakeoff.serving.stand_in_quality import (
 
 if TYPE_CHECKING:
     from bakeoff.backends.server_config import ServerConfig
-
-LauncherKind = Literal["process", "container", "rehearsal", "external"]
 
 # The reference server's pace in a rehearsal: fast enough that a GPU campaign's levels
 # finish in seconds, slow enough that every request streams many separate chunks.
@@ -123,6 +125,11 @@ def launcher_kind(backend: BackendSpec, server: ServerConfig) -> LauncherKind:
     return "container" if backend.runtime == "container" else "process"
 
 
+def server_kind(backend: BackendSpec, server: ServerConfig) -> ServerKind:
+    """What this server's launcher kind means around its start (:class:`~bakeoff.serving.handle.ServerKind`)."""
+    return SERVER_KINDS[launcher_kind(backend, server)]
+
+
 @contextlib.contextmanager
 def _process(ctx: LaunchContext) -> Started:
     backend = ctx.backend
@@ -155,8 +162,9 @@ def _process(ctx: LaunchContext) -> Started:
     with run_local_process(
         launch, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
-        handle.extra["engine_build_s"] = convert_s  # the GGUF conversion is llama.cpp's build step
-        handle.extra["engine_build_step"] = "GGUF conversion" if convert_s is not None else None
+        # The GGUF conversion is llama.cpp's build step.
+        step = "GGUF conversion" if convert_s is not None else None
+        handle.build = replace(handle.build, engine_build_s=convert_s, engine_build_step=step)
         handle.weight_types = weights
         yield handle, launch
 
@@ -199,9 +207,10 @@ def _container(ctx: LaunchContext) -> Started:
         draft_dir=ctx.draft_dir,
         gpus=gpus,
     ) as handle:
-        handle.extra["engine_build_s"] = engine_s
-        handle.extra["engine_build_cached"] = engine_cached
-        handle.extra["engine_build_step"] = "trtllm-build" if engine_s is not None else None
+        step = "trtllm-build" if engine_s is not None else None
+        handle.build = replace(
+            handle.build, engine_build_s=engine_s, engine_build_cached=engine_cached, engine_build_step=step
+        )
         yield handle, launch
 
 
@@ -352,10 +361,10 @@ def _rehearsal(ctx: LaunchContext) -> Started:
     with run_local_process(
         stand_in, port=port, served_model_name=ctx.served_name, run_dir=ctx.run_dir, headers=ctx.headers
     ) as handle:
-        handle.extra.update({"rehearsal": True, "stand_in_command": handle.command_line, "engine_build_s": None})
-        if backend.engine_build is not None:  # the engine flow's build is rendered (gpu-host steps), never run here
-            handle.extra["engine_build_step"] = "trtllm-build: not run in a rehearsal"
-        handle.extra["gpus"] = gpus.to_json() if gpus is not None else None
+        # The engine flow's build is rendered (gpu-host steps), never run here.
+        step = "trtllm-build: not run in a rehearsal" if backend.engine_build is not None else None
+        handle.build = BuildSteps(engine_build_step=step)
+        handle.placement = Placement(gpus=gpus)
         handle.kind = "rehearsal"
         handle.command_line = command
         handle.image = backend.container.image if backend.container else None

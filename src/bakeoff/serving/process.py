@@ -1,9 +1,11 @@
-"""Server lifecycles: start a backend, wait until it is ready, always tear it down.
+"""A local server process: start it, wait until it is ready, always tear it down.
 
-:func:`launch_server` is a context manager that yields a :class:`ServerHandle` and, on
-every exit path (success, exception, Ctrl-C), stops what it started: the whole process
-group of a local process, or the container. Startup and failed attempts are timed and
-recorded so the report can show engineering effort.
+:func:`run_local_process` is a context manager that starts a rendered command as its own
+process group, waits for its health probe (failing fast with the log's tail when it dies),
+yields a :class:`~bakeoff.serving.handle.ServerHandle` and, on every exit path (success,
+exception, Ctrl-C), stops the whole group, children that left it included. The process and
+rehearsal launchers start through it; the ports, probes and log tail here serve the container
+launcher too. :func:`reap_leftovers` kills groups a hard-killed campaign left behind.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -25,25 +26,7 @@ import psutil
 from bakeoff.backends.launch_render import RenderedLaunch
 from bakeoff.errors import LaunchError
 from bakeoff.measure import control
-
-
-@dataclass
-class ServerHandle:
-    """A running, ready server and what it took to get there."""
-
-    base_url: str
-    model: str
-    log_path: Path
-    command_line: str
-    startup_s: float
-    kind: str  # "process" | "container"
-    pid: int | None = None
-    container_id: str | None = None
-    image: str | None = None
-    image_digest: str | None = None
-    # A GGUF server's tensor types by count (what llama-quantize wrote), for the report.
-    weight_types: dict[str, int] | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+from bakeoff.serving.handle import ServerHandle
 
 
 def free_port() -> int:

@@ -19,11 +19,7 @@ from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.errors import SpecError
 from bakeoff.measure.slo import Slo
 from bakeoff.models.model_source import resolve_model
-from bakeoff.results.layout import (
-    CAMPAIGN_COPY,
-    CELL_SPEC,
-    read_campaign_copy,
-)
+from bakeoff.results.layout import CAMPAIGN_COPY, CELL_SPEC
 from bakeoff.results.store import atomic_write_bytes
 from bakeoff.schema import format_validation_error
 from bakeoff.workloads.kinds import Workload
@@ -82,9 +78,10 @@ def _add_server(out: Path, server: dict[str, Any]) -> None:
     trial the campaign cannot run is refused here, and never written where every later cell
     of the tune would trip over it.
     """
-    raw = read_campaign_copy(out)
-    if any(s.get("label") == server["label"] for s in raw["servers"]):
+    spec = load_campaign(out / CAMPAIGN_COPY)
+    if any(s.label == server["label"] for s in spec.servers):
         return
+    raw = spec.model_dump(mode="json", exclude_none=True)
     raw["servers"].append(server)
     try:
         spec = CampaignSpec.model_validate(raw)

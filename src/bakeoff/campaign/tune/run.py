@@ -39,10 +39,7 @@ from bakeoff.campaign.tune_spec import TuneSpec
 from bakeoff.measure.slo import Slo, resolve_slo
 from bakeoff.paths import reports_dir
 from bakeoff.report import tune_report
-from bakeoff.results.layout import (
-    CAMPAIGN_COPY,
-    read_campaign_copy,
-)
+from bakeoff.results.layout import CAMPAIGN_COPY
 from bakeoff.results.store import atomic_write_bytes, write_json
 from bakeoff.serving.containers import reap_containers
 from bakeoff.serving.process import reap_leftovers
@@ -92,7 +89,10 @@ def tune_campaign(
     out.mkdir(parents=True, exist_ok=True)
     source = out / SOURCE_FILE
     atomic_write_bytes(source, yaml.safe_dump(_source_campaign(spec, full, probe, tune), sort_keys=False).encode())
-    trials = read_campaign_copy(out)["servers"] if (out / CAMPAIGN_COPY).is_file() else []
+    copy = out / CAMPAIGN_COPY
+    trials = (
+        [s.model_dump(mode="json", exclude_none=True) for s in load_campaign(copy).servers] if copy.is_file() else []
+    )
     # The source is already scaled down, its servers on the rehearsal launcher where it rehearses:
     # prepared as written (a rehearsal's own scaling would set one repeat), then marked, so every
     # summary says rehearsal.
