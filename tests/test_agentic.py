@@ -273,7 +273,9 @@ def test_the_verdict_judges_agentic_runs_by_task_goodput(builder: PlanBuilder, t
     # The report's question asks for the task SLO too.
     from bakeoff.report.decision import question
 
-    (tmp_path / "campaign.yaml").write_text("servers: [{label: a}]\nmodel: {preset: tiny}\nslo: {ttft_ms: 200}\n")
+    (tmp_path / "campaign.yaml").write_text(
+        "servers: [{label: a, backend: vllm-cpu}]\nmodel: {preset: tiny}\nslo: {ttft_ms: 200}\n"
+    )
     asked = question(tmp_path, [found])
     assert "within the task SLO (P90 task completion ≤ 5 s)" in asked and "TTFT" not in asked
 

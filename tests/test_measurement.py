@@ -285,7 +285,9 @@ def test_server_dies_mid_run_and_the_runner_still_writes_everything(tmp_path: Pa
         execute_plan(plan, RunTarget(settings(url), show_progress=False), tmp_path)
     summary = read_summary(tmp_path / SUMMARY)
     requests = summary.requests
-    assert requests.ok == 4 and summary.server_died is not None
+    # The 5th request kills the server mid-stream; the one beside it (concurrency 2) has finished by
+    # then unless the host delayed it (a loaded 2-core host once left it in flight: 3 ok, 2 cut).
+    assert 3 <= requests.ok <= 4 and summary.server_died is not None
     assert set(requests.failed_by_kind) <= {"stream_cut", "connect"}
     assert requests.failed_by_kind.get("stream_cut", 0) >= 1
     records = read_records(tmp_path / RECORDS_PARQUET)

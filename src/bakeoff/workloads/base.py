@@ -25,12 +25,16 @@ class WorkloadCost:
     """What a workload asks of a server, for estimates (:mod:`bakeoff.campaign.progress`).
 
     ``decode_steps`` become seconds at an accelerator's per-token time; ``fixed_s`` (open-loop
-    arrivals, think times, fixed durations) takes the same wall time anywhere.
+    arrivals, think times, fixed durations) takes the same wall time anywhere. ``prompt_tokens``:
+    the prompt tokens a closed loop makes the server prefill one after another (its next request
+    waits for them), at an accelerator's per-token prefill time; an open loop's prefill hides in
+    its fixed schedule.
     """
 
     requests: int
     decode_steps: float
     fixed_s: float
+    prompt_tokens: float = 0.0
 
 
 class WorkloadBase(Strict):

@@ -106,15 +106,16 @@ class ConcurrencySweep(SampledLengths):
         return plans
 
     def cost(self) -> WorkloadCost:
-        count, steps, fixed = 0, 0.0, 0.0
+        count, steps, fixed, prompts = 0, 0.0, 0.0, 0.0
         for level in self.levels:
             n = self.requests_for(level) + self.warmup_requests
             count += n
             if self.duration_s is None:
                 steps += math.ceil(n / level) * (self.output_len.mean + 8)
+                prompts += n * self.input_len.mean
             else:
                 fixed += self.duration_s
-        return WorkloadCost(count, steps, fixed)
+        return WorkloadCost(count, steps, fixed, prompts)
 
     def for_rehearsal(self) -> ConcurrencySweep:
         # One request per slot: every level still reaches its concurrency.
