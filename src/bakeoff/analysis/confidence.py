@@ -41,6 +41,22 @@ class Estimate:
     values: tuple[float, ...] = ()  # one per repeat
     by_slot: dict[int, float] = field(default_factory=dict)  # repeat (round) -> value; empty when slots repeat
 
+    @classmethod
+    def over(
+        cls,
+        values: Sequence[float],
+        samples: int | None,
+        metric: str = "",
+        stat: StatName | None = None,
+        by_slot: dict[int, float] | None = None,
+    ) -> Estimate:
+        """The mean of one value per repeat (at least one), with its Student-t interval."""
+        interval = mean_interval(values)
+        lo, hi = interval if interval is not None else (None, None)
+        return cls(
+            metric, stat, float(np.mean(values)), lo, hi, len(values), samples, None, tuple(values), by_slot or {}
+        )
+
     @property
     def cv(self) -> float | None:
         """Run-to-run noise: the coefficient of variation across repeats (None below two)."""
@@ -87,22 +103,9 @@ def estimate(summaries: Sequence[RunSummary], metric: str, stat: StatName | None
             slots.append(summary.workload.repeat)
     if not values:
         return Estimate(metric, stat, None, None, None, len(summaries), min(samples, default=None))
-    interval = mean_interval(values)
-    lo, hi = interval if interval is not None else (None, None)
     # Slots pair repeats across servers only when each names one repeat (older runs all say 1).
     by_slot = dict(zip(slots, values, strict=True)) if len(set(slots)) == len(slots) else {}
-    return Estimate(
-        metric,
-        stat,
-        float(np.mean(values)),
-        lo,
-        hi,
-        len(values),
-        min(samples, default=None),
-        None,
-        tuple(values),
-        by_slot,
-    )
+    return Estimate.over(values, min(samples, default=None), metric, stat, by_slot)
 
 
 def _needed(name: StatName) -> int:

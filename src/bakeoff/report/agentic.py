@@ -25,7 +25,6 @@ from typing import Any
 import pandas as pd
 
 from bakeoff.analysis.confidence import Estimate, estimate
-from bakeoff.analysis.significance import mean_interval
 from bakeoff.results.layout import load_cells
 from bakeoff.results.summary import RunSummary, Stat
 
@@ -115,11 +114,7 @@ def _path_means(ar: AgentRun) -> dict[str, float] | None:
 
 def _interval(values: list[float], samples: int | None) -> str:
     """A figure's mean over repeats with its Student-t interval and n, as the task figures show theirs."""
-    if not values:
-        return "-"
-    interval = mean_interval(values)
-    lo, hi = interval if interval is not None else (None, None)
-    return Estimate("", None, fmean(values), lo, hi, len(values), samples).text(3)
+    return Estimate.over(values, samples).text(3) if values else "-"
 
 
 def depth_table(campaign_dir: Path) -> pd.DataFrame:
