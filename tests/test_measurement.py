@@ -131,14 +131,20 @@ def measure_schedule(url: str) -> tuple[list[RequestRecord], float]:
     return records, mean_lateness_ms(before, server_counters(url))
 
 
+def quickest_ttfts_ms(records: list[RequestRecord]) -> list[float]:
+    return sorted(v for r in records if (v := ttft_ms(r)) is not None)
+
+
 @pytest.mark.precision
 def test_measured_timing_matches_the_configured_schedule(ref_url: str) -> None:
     records, late_ms = measure_schedule(ref_url)
-    if late_ms > 0.5:
-        # A busy moment (the server missed its own schedule; so would any client): once more, then it counts.
+    if late_ms > 0.5 or quickest_ttfts_ms(records)[1:2] != pytest.approx([TTFT_MS], abs=2.0):
+        # A busy moment: the server missed its own schedule, or the client read even its quickest
+        # answers late (a neighbour on the client's core: CI saw 102.5 ms once, in a phase of two
+        # workers). Once more, then it counts: a systematic error of the client shows both times.
         records, late_ms = measure_schedule(ref_url)
     assert all(r.ok for r in records), [r.error for r in records]
-    ttfts = sorted(v for r in records if (v := ttft_ms(r)) is not None)
+    ttfts = quickest_ttfts_ms(records)
     tpots = [t for r in records if (t := tpot_ms(r)) is not None]
     assert statistics.fmean(tpots) == pytest.approx(ITL_MS, rel=0.03)
     assert median([g for r in records for g in itl_ms(r)]) == pytest.approx(ITL_MS, abs=1.0)
