@@ -115,16 +115,32 @@ def repeat_design(campaign_dir: Path) -> str | None:
     return "Repeats on one warm start; cold start measured once per server."
 
 
+# The first screen's chart holds this many workloads side by side; the rest are in the answer
+# table beside it and the verdict below (more panels would shrink each below reading size).
+HEADLINE_PANELS = 3
+
+
 def headline_figure(found: list[WorkloadVerdict]) -> Any:
-    """The ranked figure per server at each load of the first workload with a verdict, with its intervals."""
+    """The ranked figure per server at each load, one panel per workload (its own unit and scale:
+    a chat load's req/s and a long-prompt load's differ several-fold), with the 95% intervals."""
     import matplotlib.pyplot as plt  # deferred: plotting loads in seconds
 
-    v = found[0]
-    servers = sorted({s.server for lv in v.levels.values() for s in lv.standings})
+    shown = found[:HEADLINE_PANELS]
+    servers = sorted({s.server for v in shown for lv in v.levels.values() for s in lv.standings})
     colours = server_palette(servers)
+    fig, axes = plt.subplots(1, len(shown), figsize=(6.4, 3.2), dpi=90, squeeze=False)
+    for ax, v in zip(axes[0], shown, strict=True):
+        _panel(ax, v, servers, colours, legend=ax is axes[0][0])
+    more = f"; {len(found) - len(shown)} more workload(s) in the table" if len(found) > len(shown) else ""
+    fig.suptitle(f"Mean over repeats [95% interval]; hatched: misses the SLO{more}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _panel(ax: Any, v: WorkloadVerdict, servers: list[str], colours: dict[str, Any], *, legend: bool) -> None:
+    """One workload's bars: a group per load, a bar per server."""
     loads = list(v.levels)
     width = 0.8 / max(len(servers), 1)
-    fig, ax = plt.subplots(figsize=(6.4, 3.2), dpi=90)
     for i, server in enumerate(servers):
         for j, load in enumerate(loads):
             s = next((s for s in v.levels[load].standings if s.server == server), None)
@@ -143,12 +159,11 @@ def headline_figure(found: list[WorkloadVerdict]) -> Any:
                 yerr=[[lo], [hi]],
                 capsize=3,
             )
-    ax.set_xticks(range(len(loads)), [_load_text(v, load) for load in loads])
-    ax.set_ylabel(v.unit)
-    ax.set_title(f"{v.workload}: {v.unit}, mean over repeats [95% interval]; hatched: misses the SLO", fontsize=9)
-    ax.legend(fontsize=8, frameon=False)
-    fig.tight_layout()
-    return fig
+    ax.set_xticks(range(len(loads)), [_load_text(v, load) for load in loads], fontsize=8)
+    ax.set_ylabel(v.unit, fontsize=8)
+    ax.set_title(v.workload, fontsize=9)
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
 
 
 def _png(fig: Any) -> str:
