@@ -225,23 +225,25 @@ def test_auto_repeats_on_ray_stop_after_the_deciding_round_and_never_queue_a_lat
     # (round 2) on a quiet host; on 2 loaded cores the two runs of a side can differ by a third,
     # and with n = 2 a side that once left the first look undecided (a 2x gap needed round 3 more
     # often). What is asserted is the stop: the rounds taken are every round that ran, and none
-    # after the deciding one was queued.
+    # after the deciding one was queued. At most 5 rounds, so that a decision as late as round 4 (CI once:
+    # b's first run at 143 tok/s against 263-267 in the next three, the host busy) still leaves a round
+    # that must not be queued.
     fast = BACKEND.replace("name: refproc", "name: reffast").replace(f'"{ITL_MS:g}"]', '"5"]')
     (cluster / "backends" / "reffast.yaml").write_text(fast)  # where the workers look
     path = cluster / "auto.yaml"
     # 16 requests a run, not 8: with 8 at concurrency 2, a steady window of a handful of requests left
     # the 4x gap undecided after 4 rounds on a loaded host (four workers on 2 cores).
-    path.write_text(campaign_yaml(tiny_model, 16, "repeats: auto\nmin_repeats: 2\nmax_repeats: 4\n", "reffast"))
+    path.write_text(campaign_yaml(tiny_model, 16, "repeats: auto\nmin_repeats: 2\nmax_repeats: 5\n", "reffast"))
     store = ResultStore(cluster / "auto")
     assert run_cells_on_ray(ray, path, store) == []
     out = store.local
     # The folder says what a serial run says: the rounds taken and why it stopped.
     stopped = read_json(out / AUTO_REPEATS)
     taken = stopped["rounds"]
-    assert taken in (2, 3), stopped
-    assert stopped == {"rounds": taken, "max_repeats": 4, "why": "every verdict decided", "undecided": []}
+    assert taken in (2, 3, 4), stopped
+    assert stopped == {"rounds": taken, "max_repeats": 5, "why": "every verdict decided", "undecided": []}
     note = auto_repeats_note(out)
-    assert note is not None and f"{taken} round(s) of at most 4: every verdict decided" in note
+    assert note is not None and f"{taken} round(s) of at most 5: every verdict decided" in note
     (found,) = verdicts(out)
     assert found.levels[2.0].winner == "b"
     # No round after the deciding one was queued: no cell of theirs has a folder, let alone a run.
