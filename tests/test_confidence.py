@@ -132,9 +132,10 @@ def test_every_server_stands_against_the_best_and_each_framework_against_the_bes
 
 def test_the_headline_table_shows_the_highest_percentile_an_unsupported_p99_sample_supports() -> None:
     from bakeoff.report.tables import _row, headline_table
+    from bakeoff.results.cell_record import CellRecord
     from bakeoff.results.layout import CellResult
 
-    cell = CellResult(Path("a__sweep"), {"label": "a"}, "vllm", "sweep", 1, "ok", {}, {}, {})
+    cell = CellResult(Path("a__sweep"), {"label": "a"}, "vllm", "sweep", 1, "ok", {}, CellRecord())
     small = run(100.0, n=32)
     small.latency.ttft_ms.p90 = 80.0
     one = run(100.0, n=1, concurrency=2)  # one request: no percentile at all

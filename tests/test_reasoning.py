@@ -30,6 +30,7 @@ from bakeoff.ref.profiles import make_profile
 from bakeoff.ref.server import build_parser
 from bakeoff.report.tables import _row, headline_table
 from bakeoff.results import metric_table
+from bakeoff.results.cell_record import CellRecord
 from bakeoff.results.formulas import phase_itl_ms, phase_tpot_ms, ttfa_ms, ttfr_ms, ttft_ms
 from bakeoff.results.layout import CellResult
 from bakeoff.results.records import ANSWER, REASONING, RequestRecord
@@ -286,7 +287,7 @@ def test_a_rehearsal_with_a_reasoning_parser_streams_thinking() -> None:
 
 
 def test_the_headline_shows_answer_latency_only_where_runs_reasoned() -> None:
-    cell = CellResult(Path("a__chat"), {"label": "a"}, "vllm", "chat", 1, "ok", {}, {}, {})
+    cell = CellResult(Path("a__chat"), {"label": "a"}, "vllm", "chat", 1, "ok", {}, CellRecord())
     plain = RequestRecord(request_id=2, start_ns=0, first_token_ns=50 * MS, chunk_ns=[50 * MS, 60 * MS], end_ns=70 * MS)
     thinking = [reasoned_record() for _ in range(4)]
     for r in thinking:

@@ -15,6 +15,7 @@ import pytest
 from bakeoff.analysis import pareto
 from bakeoff.report.plots import server_palette, telemetry_figure
 from bakeoff.report.tables import _row, sweep_figure
+from bakeoff.results.cell_record import CellRecord
 from bakeoff.results.layout import CellResult
 from bakeoff.results.summary import RunSummary
 from verdict_planted import run
@@ -35,7 +36,9 @@ def _frame() -> pd.DataFrame:
     """Server a at concurrency 1 (200 requests a run: P99 supported) and 8 (24 a run: P90 only), 3 repeats."""
     rows = []
     for repeat, (low, high) in enumerate([(100.0, 400.0), (110.0, 420.0), (90.0, 440.0)], start=1):
-        cell = CellResult(Path(f"a__sweep__r{repeat}"), {"label": "a"}, "vllm-cpu", "sweep", repeat, "ok", {}, {}, {})
+        cell = CellResult(
+            Path(f"a__sweep__r{repeat}"), {"label": "a"}, "vllm-cpu", "sweep", repeat, "ok", {}, CellRecord()
+        )
         rows.append(_row(cell, _with_tail(run(low, concurrency=1, repeat=repeat, n=200), 80.0)))
         rows.append(_row(cell, _with_tail(run(high, concurrency=8, repeat=repeat, n=24), 90.0)))
     return pd.DataFrame(rows)

@@ -24,6 +24,7 @@ from bakeoff.backends.spec import load_backend
 from bakeoff.campaign.runner import RunTarget, execute_plan
 from bakeoff.measure.client import ClientSettings
 from bakeoff.observe.memory_account import llamacpp_pool, vllm_pool
+from bakeoff.results.cell_record import CellRecord
 from bakeoff.results.layout import CellResult
 from bakeoff.serving.reference import serve_reference
 from bakeoff.workloads.kinds import Soak
@@ -100,7 +101,7 @@ def _soaked(unaccounted_mib: list[float], knobs: dict[str, object]) -> SoakCell:
     result = SoakResult(window_s=15.0, settle_windows=1, windows=wins, trends=trends)
     workload = Soak(duration_s=120, window_s=15, rate=2.0, input_len={"min": 32, "max": 900}, output_len=100)
     server = {"label": "vllm", "backend": "vllm-cpu", "knobs": knobs}
-    cell = CellResult(Path("."), server, "vllm-cpu", "soak", 1, "ok", {}, {}, {})
+    cell = CellResult(Path("."), server, "vllm-cpu", "soak", 1, "ok", {}, CellRecord())
     return SoakCell(cell, workload, result)
 
 

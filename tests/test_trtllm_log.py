@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bakeoff.report.tables import build_seconds, build_step
+from bakeoff.results.summary import Effort
 from bakeoff.serving.trtllm_log import parse_pytorch_build, read_pytorch_build
 
 # A 7B start on one GPU as trtllm-serve logs it: MPI workers, weights, then autotuning and
@@ -45,11 +46,11 @@ def test_another_frameworks_log_has_no_build_line(tmp_path: Path) -> None:
 def test_the_effort_table_labels_the_pytorch_build_and_a_cached_engine() -> None:
     build = read_pytorch_build(LOG)
     assert build is not None
-    pytorch = {"engine_build_s": None, "pytorch_build": build.model_dump()}
+    pytorch = Effort(engine_build_s=None, pytorch_build=build)
     assert build_seconds(pytorch) == 67.0
     assert build_step(pytorch).startswith("PyTorch flow, inside cold start (server log, 2 rounds): load 41 s")
-    cached = {"engine_build_s": 412.0, "engine_build_step": "trtllm-build", "engine_build_cached": True}
+    cached = Effort(engine_build_s=412.0, engine_build_step="trtllm-build", engine_build_cached=True)
     assert build_seconds(cached) == 412.0 and build_step(cached).startswith("trtllm-build: cached")
-    fresh = {**cached, "engine_build_cached": False}
+    fresh = cached.model_copy(update={"engine_build_cached": False})
     assert build_step(fresh) == "trtllm-build, this run"
-    assert build_step({"engine_build_s": None}) == "-"
+    assert build_step(Effort(engine_build_s=None)) == "-"

@@ -336,13 +336,13 @@ def saturation_notes(campaign_dir: Path) -> list[str]:
     """Where each sweep stopped raising the load and why, with the levels skipped (not missing)."""
     notes = []
     for cell in load_cells(campaign_dir):
-        stop = cell.info.get("saturation")
-        if not isinstance(stop, dict) or not stop.get("skipped"):
+        stop = cell.record.saturation
+        if stop is None or not stop.skipped:
             continue
         notes.append(
             f"Sweep {cell.workload}, {cell.label} (repeat {cell.repeat}): stopped raising the load after "
-            f"{stop.get('after')} ({stop.get('why')}; every server had saturated by that level); skipped, not "
-            f"missing: {', '.join(stop['skipped'])}."
+            f"{stop.after} ({stop.why}; every server had saturated by that level); skipped, not "
+            f"missing: {', '.join(stop.skipped)}."
         )
     return notes
 

@@ -116,6 +116,12 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+def _first_dtypes(cells: list[CellResult]) -> dict[str, str] | None:
+    """The weight and KV-cache types the first finished cell's server ran with (None: none had started)."""
+    first = next((c for c in cells if c.status == "ok"), None)
+    return first.effort.server.dtypes if first is not None and first.effort.server is not None else None
+
+
 def peak_rss_mib(cells: list[CellResult]) -> float | None:
     """The server's highest resident memory over every run's telemetry series, in MiB."""
     peaks = []
@@ -152,7 +158,7 @@ def outcome_of(
         ),
         spec_acceptance_rate=_mean([s.speculative.acceptance_rate if s.speculative else None for s in summaries]),
         peak_rss_mib=peak_rss_mib([c for c in cells if c.status == "ok"]),
-        dtypes=dict(next((c.effort.get("server", {}).get("dtypes") for c in cells if c.status == "ok"), None) or {}),
+        dtypes=dict(_first_dtypes(cells) or {}),
         exact=rates.get("exact"),
         perplexity=rates.get("perplexity"),
         exact_by_group=dict((quality or {}).get("exact_by_group") or {}),

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bakeoff.results.cell_record import cell_record_or_none, read_cell_record
 from bakeoff.results.store import (
     CELL_INFO,
     RECORDS_JOURNAL,
@@ -107,15 +108,15 @@ def cell_state(cell_dir: Path, expected: dict[str, Any]) -> ResumeState:
     info_path = cell_dir / CELL_INFO
     if not info_path.is_file():
         return ResumeState("new", "not measured yet")
-    info = read_json(info_path)
-    status = info.get("status")
+    record = read_cell_record(info_path)
+    status = record.status
     if status in ("running", "interrupted"):
-        when = info.get("started_at", "an earlier run")
+        when = record.started_at or "an earlier run"
         return ResumeState("interrupted", f"interrupted mid-cell (attempt started {when})")
     if status != "ok":
-        cause = "its server died mid-run" if info.get("server_died") else str(info.get("error", "")).split("\n")[0]
+        cause = "its server died mid-run" if record.server_died else str(record.error or "").split("\n")[0]
         return ResumeState("failed", f"failed in an earlier run: {cause[:200]}")
-    changed = differences(info.get("fingerprint") or {}, expected)
+    changed = differences(record.fingerprint or {}, expected)
     if changed:
         return ResumeState("changed", f"measured with other {', '.join(changed[:4])}")
     summaries = list((cell_dir / "runs").glob(f"*/{SUMMARY}"))
@@ -149,20 +150,20 @@ def earlier_attempts(cell_dir: Path) -> list[dict[str, Any]]:
     found = []
     root = cell_dir / ATTEMPTS
     for folder in sorted((p for p in root.glob("*") if p.name.isdigit()), key=lambda p: int(p.name)):
-        info = read_json_or_empty(folder / CELL_INFO)
+        record = cell_record_or_none(folder / CELL_INFO)  # None: the attempt left no readable record
         finished = sum(
             sum(1 for r in read_journal(j) if not r.warmup) for j in folder.glob(f"runs/*/{RECORDS_JOURNAL}")
         )
-        status = info.get("status", "unknown")
+        status = (record.status if record is not None else None) or "unknown"
         why = read_json_or_empty(folder / WHY)
         found.append(
             {
                 "attempt": f"{ATTEMPTS}/{folder.name}",
                 "status": "interrupted" if status == "running" else status,
                 "why_measured_again": why.get("reason"),
-                "started_at": info.get("started_at"),
+                "started_at": record.started_at if record is not None else None,
                 "finished_requests": finished,
-                "server_died": bool(info.get("server_died")),
+                "server_died": record is not None and bool(record.server_died),
             }
         )
     return found
@@ -172,10 +173,9 @@ def failed_cells(campaign_dir: Path) -> dict[str, str]:
     """Cell id -> why, for every cell whose last attempt did not finish cleanly."""
     failed = {}
     for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}")):
-        info = read_json(path)
-        if info.get("status") != "ok":
-            died = info.get("server_died")
-            failed[path.parent.name] = "server died mid-run" if died else str(info.get("status"))
+        record = read_cell_record(path)
+        if record.status != "ok":
+            failed[path.parent.name] = "server died mid-run" if record.server_died else str(record.status)
     return failed
 
 

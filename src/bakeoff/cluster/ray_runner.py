@@ -59,6 +59,7 @@ from bakeoff.cluster.ray_store import CAMPAIGN_COPY, ResultStore
 from bakeoff.errors import LaunchError, ServerDiedError, SpecError
 from bakeoff.host.gpus import gpus
 from bakeoff.paths import reports_dir
+from bakeoff.results.cell_record import update_cell_record
 from bakeoff.results.layout import AUTO_REPEATS, CELL_SPEC, REHEARSAL_MARKER
 from bakeoff.results.store import CELL_INFO, RUN_INFO, SUMMARY, read_json, read_summary, write_json, write_summary
 from bakeoff.serving.gpu_pinning import gpu_count
@@ -222,7 +223,7 @@ def stamp_cell(cell_dir: Path, node: dict[str, Any], tries: list[dict[str, Any]]
     info_path = cell_dir / CELL_INFO
     if info_path.is_file():
         retried = sum(1 for t in tries if t.get("outcome") == "lost")
-        write_json(info_path, {**read_json(info_path), "ray": {"node": node, "tries": tries, "retried": retried}})
+        update_cell_record(info_path, ray={"node": node, "tries": tries, "retried": retried})
 
 
 def passed_env() -> dict[str, str]:

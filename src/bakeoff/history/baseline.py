@@ -21,8 +21,9 @@ from typing import Any
 from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.history.index import BASELINES, load_baselines
+from bakeoff.results.cell_record import cell_record_or_none
 from bakeoff.results.layout import cell_names
-from bakeoff.results.store import CELL_INFO, SUMMARY, read_json_or_empty, write_json
+from bakeoff.results.store import CELL_INFO, SUMMARY, write_json
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,7 @@ def resolve(ref: str | Path, root: Path) -> Ref:
     path = path.resolve()
     if (path / SUMMARY).is_file() and path.parent.name == "runs" and path.parents[2].name == "cells":
         cell_dir = path.parents[1]
-        cell = read_json_or_empty(cell_dir / CELL_INFO)
-        return Ref(path.parents[3], cell_names(cell_dir.name, cell)[0])
+        return Ref(path.parents[3], cell_names(cell_dir.name, cell_record_or_none(cell_dir / CELL_INFO))[0])
     if (path / arch.MANIFEST).is_file() or (path / arch.CAMPAIGN_COPY).is_file():
         return Ref(path)
     raise SpecError(
@@ -59,7 +59,7 @@ def servers_of(folder: Path) -> dict[str, list[str]]:
     """Server label -> run keys of its finished runs in a campaign folder or archive."""
     found: dict[str, list[str]] = {}
     for run in arch.finished_runs(folder):
-        cell = read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO)
+        cell = cell_record_or_none(folder / "cells" / run.cell_id / CELL_INFO)
         found.setdefault(cell_names(run.cell_id, cell)[0], []).append(run.key)
     return found
 

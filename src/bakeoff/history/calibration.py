@@ -16,7 +16,8 @@ from pathlib import Path
 
 from bakeoff.errors import ResultsError
 from bakeoff.history.archive import archives, finished_runs, manifest
-from bakeoff.results.store import CELL_INFO, read_json_or_empty
+from bakeoff.results.cell_record import cell_record_or_none
+from bakeoff.results.store import CELL_INFO
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,15 @@ def calibrate(root: Path) -> Calibration | None:
             continue  # a damaged archive calibrates nothing; history commands say what is wrong
         backends: dict[str, str] = {}
         for cell in sorted({r.cell_id for r in runs}):
-            info = read_json_or_empty(archive / "cells" / cell / CELL_INFO)
-            backend = info.get("backend") or (info.get("server") or {}).get("backend")
+            record = cell_record_or_none(archive / "cells" / cell / CELL_INFO)
+            if record is None:
+                continue
+            backend = record.backend or record.server.get("backend")
             if not isinstance(backend, str):
                 continue
             backends[cell] = backend
-            start = (info.get("effort") or {}).get("cold_start_s")
-            if isinstance(start, int | float) and start > 0:
+            start = record.effort.cold_start_s
+            if start is not None and start > 0:
                 starts.setdefault(backend, []).append(float(start))
         for run in runs:
             backend = backends.get(run.cell_id)

@@ -46,8 +46,9 @@ from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.history.baseline import Ref, baseline_archives, resolve
 from bakeoff.history.index import repeat_groups, run_facts
+from bakeoff.results.cell_record import cell_record_or_none
 from bakeoff.results.layout import cell_names, read_campaign_copy
-from bakeoff.results.store import CELL_INFO, read_json, read_json_or_empty
+from bakeoff.results.store import CELL_INFO, read_json
 
 Verdict = Literal["improved", "regressed", "within noise", "undecided"]
 MARKED = ("baseline", "marked")  # --baseline words for "the baseline marked per server"
@@ -132,7 +133,7 @@ def load_side(ref: Ref) -> Side:
         )
     rates: dict[Key, list[dict[str, Reading]]] = {}
     for path in sorted(ref.folder.glob("cells/*/quality.json")):
-        server, workload = cell_names(path.parent.name, read_json_or_empty(path.parent / CELL_INFO))
+        server, workload = cell_names(path.parent.name, cell_record_or_none(path.parent / CELL_INFO))
         if ref.server is None or server == ref.server:
             rates.setdefault((server, workload, QUALITY_RUN), []).append(quality_readings(read_json(path)))
     for key, found in rates.items():  # repeats that checked quality: their mean rate

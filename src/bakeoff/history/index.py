@@ -46,6 +46,7 @@ from bakeoff.errors import SpecError
 from bakeoff.history import archive as arch
 from bakeoff.observe.origin import FRAMEWORK_PACKAGES
 from bakeoff.results.campaign_copy import CampaignCopy
+from bakeoff.results.cell_record import cell_record_or_none
 from bakeoff.results.layout import cell_names, read_campaign_copy
 from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
 
@@ -118,7 +119,7 @@ def repeat_groups(folder: Path) -> dict[RunKey, list[arch.FinishedRun]]:
     """A folder's finished runs grouped by server, workload and run name: the repeats of each."""
     groups: dict[RunKey, list[arch.FinishedRun]] = {}
     for run in arch.finished_runs(folder):
-        server, workload = cell_names(run.cell_id, read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO))
+        server, workload = cell_names(run.cell_id, cell_record_or_none(folder / "cells" / run.cell_id / CELL_INFO))
         groups.setdefault((server, workload, run.run), []).append(run)
     return groups
 
@@ -126,8 +127,9 @@ def repeat_groups(folder: Path) -> dict[RunKey, list[arch.FinishedRun]]:
 def run_facts(folder: Path, run: arch.FinishedRun, campaign: CampaignCopy) -> dict[str, Any]:
     """One ``runs`` row: what ran, where, with what, and when (summary, run.json, cell.json, campaign)."""
     info = read_json_or_empty(run.folder / RUN_INFO)
-    cell = read_json_or_empty(folder / "cells" / run.cell_id / CELL_INFO)
-    server_cfg = cell.get("server") or {}
+    cell = cell_record_or_none(folder / "cells" / run.cell_id / CELL_INFO)
+    server_cfg = cell.server if cell is not None else {}
+    cell_backend = cell.backend if cell is not None else None
     server_info = info.get("server") or {}
     server, workload = cell_names(run.cell_id, cell)
     machine = info.get("machine") or {}
@@ -135,7 +137,7 @@ def run_facts(folder: Path, run: arch.FinishedRun, campaign: CampaignCopy) -> di
     prov = summary.provenance
     return {
         "server": server,
-        "backend": server_info.get("backend") or cell.get("backend") or server_cfg.get("backend"),
+        "backend": server_info.get("backend") or cell_backend or server_cfg.get("backend"),
         "framework_version": _framework(prov.framework_version, info),
         "image": prov.image or server_info.get("image"),
         "image_digest": prov.image_digest or server_info.get("image_digest"),
@@ -220,7 +222,7 @@ def _rows(root: Path) -> dict[str, list[dict[str, Any]]]:
                     }
                 )
         for path in sorted(folder.glob("cells/*/quality.json")):
-            server, workload = cell_names(path.parent.name, read_json_or_empty(path.parent / CELL_INFO))
+            server, workload = cell_names(path.parent.name, cell_record_or_none(path.parent / CELL_INFO))
             for name, reading in quality_readings(read_json_or_empty(path)).items():
                 tables["quality"].append(
                     {

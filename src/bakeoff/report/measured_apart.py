@@ -17,8 +17,9 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
+from bakeoff.results.cell_record import cell_record_or_none
 from bakeoff.results.layout import cell_names
-from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json, read_json_or_empty
+from bakeoff.results.store import CELL_INFO, RUN_INFO, read_json
 
 # Longer than any one server start (a TensorRT-LLM engine build included): a gap beyond
 # it means somebody came back later.
@@ -68,7 +69,7 @@ def cell_times(campaign_dir: Path) -> list[CellWhen]:
             image = (info.get("server") or {}).get("image")
             if image:
                 versions["image"] = str(image)
-        server, _ = cell_names(cell_dir.name, read_json_or_empty(cell_dir / CELL_INFO))
+        server, _ = cell_names(cell_dir.name, cell_record_or_none(cell_dir / CELL_INFO))
         found.append(CellWhen(cell_dir.name, server, min(starts), max(ends), versions))
     return sorted(found, key=lambda c: c.started)
 

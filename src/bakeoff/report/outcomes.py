@@ -9,6 +9,7 @@ import pandas as pd
 
 from bakeoff.analysis import verdict
 from bakeoff.report.frame import REHEARSAL_SUFFIX
+from bakeoff.results.cell_record import read_cell_record
 from bakeoff.results.layout import (
     QUALITY_FILE,
     QUALITY_RATES,
@@ -48,13 +49,13 @@ def remeasured_table(campaign_dir: Path) -> pd.DataFrame:
     rows = [
         {
             "cell": path.parent.name,
-            "earlier attempt": attempt["attempt"],
-            "ended": attempt["status"],
-            "finished requests kept": attempt["finished_requests"],
-            "measured again because": attempt.get("why_measured_again"),
+            "earlier attempt": attempt.attempt,
+            "ended": attempt.status,
+            "finished requests kept": attempt.finished_requests,
+            "measured again because": attempt.why_measured_again,
         }
         for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}"))
-        for attempt in read_json(path).get("earlier_attempts") or []
+        for attempt in read_cell_record(path).earlier_attempts
     ]
     return pd.DataFrame(rows)
 

@@ -49,13 +49,13 @@ def effective_values_table(campaign_dir: Path) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for cell in load_cells(campaign_dir):
-        server = cell.effort.get("server")
-        if cell.label in seen or not isinstance(server, dict):
+        server = cell.effort.server
+        if cell.label in seen or server is None:
             continue
         seen.add(cell.label)
         set_knobs = cell.knobs
-        effective = server.get("effective_knobs") or {}
-        image = server.get("image_defaults") or {}
+        effective = server.effective_knobs
+        image = server.image_defaults or {}
         if not image:
             found = (preflight.get("servers") or {}).get(cell.label) or {}
             if preflight.get("skipped"):

@@ -20,6 +20,7 @@ from bakeoff.results.layout import (
     rehearsal_marker,
 )
 from bakeoff.results.store import RUN_INFO, read_json_or_empty
+from bakeoff.results.summary import Effort
 
 MEMORY_KNOB_NOTE = (
     "`gpu_memory_utilization` means different things: vLLM takes that share of total GPU memory; "
@@ -36,30 +37,30 @@ BATCHED_TOKENS_NOTE = (
 )
 
 
-def build_seconds(effort: dict[str, Any]) -> float | None:
+def build_seconds(effort: Effort) -> float | None:
     """Seconds of the server's build step: the engine flow's trtllm-build (or GGUF conversion), else
     the PyTorch flow's load + autotune + CUDA graphs read from its log (inside its cold start)."""
-    pytorch = effort.get("pytorch_build")
-    if effort.get("engine_build_s") is None and isinstance(pytorch, dict):
-        return float(pytorch["total_s"])
-    value = effort.get("engine_build_s")
+    pytorch = effort.pytorch_build
+    if effort.engine_build_s is None and pytorch is not None:
+        return float(pytorch.total_s)
+    value = effort.engine_build_s
     return float(value) if value is not None else None
 
 
-def build_step(effort: dict[str, Any]) -> str:
+def build_step(effort: Effort) -> str:
     """What the "engine build s" column holds for this server, so a PyTorch flow's start-up build
     is never read as an ahead-of-time engine build, and a cached engine not as a fresh one."""
-    pytorch = effort.get("pytorch_build")
-    if effort.get("engine_build_s") is None and isinstance(pytorch, dict):
-        rounds = f", {pytorch['rounds']} rounds" if pytorch.get("rounds", 1) > 1 else ""
+    pytorch = effort.pytorch_build
+    if effort.engine_build_s is None and pytorch is not None:
+        rounds = f", {pytorch.rounds} rounds" if pytorch.rounds > 1 else ""
         return (
-            f"PyTorch flow, inside cold start (server log{rounds}): load {pytorch['load_s']:.0f} s + "
-            f"autotune {pytorch['autotune_s']:.0f} s + CUDA graphs {pytorch['cuda_graph_s']:.0f} s"
+            f"PyTorch flow, inside cold start (server log{rounds}): load {pytorch.load_s:.0f} s + "
+            f"autotune {pytorch.autotune_s:.0f} s + CUDA graphs {pytorch.cuda_graph_s:.0f} s"
         )
-    if effort.get("engine_build_s") is None:
-        return str(effort.get("engine_build_step") or "-")
-    step = effort.get("engine_build_step") or "build"
-    if effort.get("engine_build_cached"):
+    if effort.engine_build_s is None:
+        return str(effort.engine_build_step or "-")
+    step = effort.engine_build_step or "build"
+    if effort.engine_build_cached:
         return f"{step}: cached, the original build's seconds (nothing built this run)"
     return f"{step}, this run"
 
@@ -71,33 +72,34 @@ def effort_table(campaign_dir: Path) -> pd.DataFrame:
     suffix = REHEARSAL_SUFFIX if is_rehearsal(campaign_dir) else ""
     cells = load_cells(campaign_dir)
     # With repeats, the warm restart is repeat 2's start (bakeoff.campaign.cell_run.run_cell).
-    warm = {c.label: w for c in cells if (w := c.effort.get("warm_restart_s")) is not None}
+    warm = {c.label: w for c in cells if (w := c.effort.warm_restart_s) is not None}
     for cell in cells:
         label = cell.label + suffix
         if label in seen:
             continue
         seen.add(label)
         effort = cell.effort
-        needs = effort.get("knob_change_needs", {})
-        warm_s = effort.get("warm_restart_s", warm.get(cell.label))
+        needs = effort.knob_change_needs
+        # A warm restart recorded as None (not measurable) stays None; only a cell without one borrows its repeat's.
+        warm_s = effort.warm_restart_s if "warm_restart_s" in effort.model_fields_set else warm.get(cell.label)
         rows.append(
             {
                 "server": label,
                 "backend": cell.backend,
-                "image build s": effort.get("image_build_s"),
+                "image build s": effort.image_build_s,
                 "engine build s": build_seconds(effort),
                 "build step": build_step(effort),
-                "cold start s": effort.get("cold_start_s"),
+                "cold start s": effort.cold_start_s,
                 "warm restart s": warm_s,
-                "cache-emptying restarts s": effort.get("cache_restart_s") or None,
-                "flags changed": effort.get("flags_changed"),
-                "config lines": effort.get("config_lines"),
+                "cache-emptying restarts s": effort.cache_restart_s or None,
+                "flags changed": effort.flags_changed,
+                "config lines": effort.config_lines,
                 "knobs needing rebuild": ", ".join(k for k, v in needs.items() if v == "rebuild") or "-",
                 "knobs needing restart": ", ".join(k for k, v in needs.items() if v == "restart") or "-",
-                "failed starts": len(effort.get("failed_start_attempts", [])),
-                "framework warnings": "; ".join(effort.get("launch_warnings", [])) or "-",
+                "failed starts": len(effort.failed_start_attempts),
+                "framework warnings": "; ".join(effort.launch_warnings) or "-",
                 "status": cell.status,
-                "start note": start_note(effort.get("cold_start_s"), warm_s),
+                "start note": start_note(effort.cold_start_s, warm_s),
             }
         )
     return pd.DataFrame(rows).round(1)

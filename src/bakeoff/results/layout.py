@@ -5,8 +5,8 @@ What the campaign stage writes and every reader (report, verdict, advice, histor
 ``runs/*/summary.json``, ``quality.json`` beside a cell's runs, and ``rehearsal.json`` at the top
 of a rehearsal. :func:`load_cells` returns one :class:`CellResult` per cell folder, so a reader
 names the fields it uses instead of indexing an untyped dict; ``cell.json`` is read through
-:mod:`bakeoff.results.cell_record`, its versioned model. :func:`read_campaign_copy` is the one
-reader of ``campaign.yaml`` below the spec loader, as a typed view
+:mod:`bakeoff.results.cell_record`, its versioned model, and the cell carries that typed record.
+:func:`read_campaign_copy` is the one reader of ``campaign.yaml`` below the spec loader, as a typed view
 (:class:`~bakeoff.results.campaign_copy.CampaignCopy`); :func:`load_yaml` is the YAML reader it and
 the other plain-data files (CDI specs, the audit's defaults table) share.
 """
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from bakeoff.errors import SpecError
 from bakeoff.results.campaign_copy import CampaignCopy
-from bakeoff.results.cell_record import read_cell_record
+from bakeoff.results.cell_record import CellEffort, CellRecord, read_cell_record
 from bakeoff.results.store import CELL_INFO, SUMMARY, read_json, read_summary
 from bakeoff.results.summary import RunSummary
 from bakeoff.schema import format_validation_error
@@ -62,15 +62,17 @@ def cell_spec_file(campaign_dir: Path, server_label: str, workload_name: str, re
     return campaign_dir / "cells" / cell_folder_name(server_label, workload_name, repeat) / CELL_SPEC
 
 
-def cell_names(cell_id: str, cell: dict[str, Any]) -> tuple[str, str]:
-    """(server label, workload) of a cell, from its cell.json, else from its folder name.
+def cell_names(cell_id: str, record: CellRecord | None) -> tuple[str, str]:
+    """(server label, workload) of a cell, from its record (``cell.json``), else from its folder name.
 
+    ``record``: None where the cell has none (:func:`bakeoff.results.cell_record.cell_record_or_none`).
     Repeats of a cell (``SERVER__WORKLOAD__rN``) name the same server and workload.
     """
     label, _, workload = cell_id.partition(CELL_SEPARATOR)
     workload = re.sub(rf"{CELL_SEPARATOR}r\d+$", "", workload)
-    server = cell.get("server") or {}
-    return str(server.get("label") or label), str(cell.get("workload") or workload)
+    if record is None:
+        return label, workload
+    return str(record.server.get("label") or label), str(record.workload or workload)
 
 
 def is_rehearsal(campaign_dir: Path) -> bool:
@@ -105,10 +107,12 @@ def read_campaign_copy(folder: Path) -> CampaignCopy:
 
 @dataclass(frozen=True)
 class CellResult:
-    """One cell folder: its ``cell.json`` and its runs' summaries (run name -> summary).
+    """One cell folder: its record (``cell.json``, typed) and its runs' summaries (run name -> summary).
 
-    ``server`` is the server's section as the campaign wrote it (label, backend, knobs, ...);
-    ``info`` keeps the whole ``cell.json`` for the rarer fields.
+    ``server`` is the server's section as the campaign wrote it (label, backend, knobs, ...), its
+    label filled in from the folder's name where the record has none; ``backend``, ``workload``
+    and ``repeat`` are resolved the same way. ``record`` is the whole ``cell.json`` for the
+    rarer fields (attempts, saturation, Ray's stamp).
     """
 
     dir: Path
@@ -117,9 +121,8 @@ class CellResult:
     workload: str
     repeat: int
     status: str | None
-    effort: dict[str, Any]
     summaries: dict[str, RunSummary]
-    info: dict[str, Any] = field(repr=False)
+    record: CellRecord = field(repr=False)
 
     @property
     def label(self) -> str:
@@ -130,30 +133,33 @@ class CellResult:
         return dict(self.server.get("knobs") or {})
 
     @property
+    def effort(self) -> CellEffort:
+        """The cell's effort: the runs' Effort block and the started server's record."""
+        return self.record.effort
+
+    @property
     def ray(self) -> dict[str, Any] | None:
-        ray = self.info.get("ray")
-        return ray if isinstance(ray, dict) else None
+        return self.record.ray
 
 
 def load_cells(campaign_dir: Path) -> list[CellResult]:
     """Every cell folder of a campaign with a ``cell.json``, its summaries read and checked."""
     cells = []
     for path in sorted((campaign_dir / "cells").glob(f"*/{CELL_INFO}")):
-        info = read_cell_record(path).as_json()
-        label, workload = cell_names(path.parent.name, info)
-        server = dict(info.get("server") or {})
+        record = read_cell_record(path)
+        label, workload = cell_names(path.parent.name, record)
+        server = dict(record.server)
         server.setdefault("label", label)
         cells.append(
             CellResult(
                 dir=path.parent,
                 server=server,
-                backend=str(info.get("backend") or server.get("backend") or ""),
+                backend=str(record.backend or server.get("backend") or ""),
                 workload=workload,
-                repeat=int(info.get("repeat") or 1),
-                status=info.get("status"),
-                effort=dict(info.get("effort") or {}),
+                repeat=int(record.repeat or 1),
+                status=record.status,
                 summaries={p.parent.name: read_summary(p) for p in sorted(path.parent.glob(f"runs/*/{SUMMARY}"))},
-                info=info,
+                record=record,
             )
         )
     return cells
