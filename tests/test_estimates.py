@@ -15,8 +15,9 @@ import why_planted as planted
 from bakeoff.analysis.diagnosis import Level
 from bakeoff.cli.main import main
 from bakeoff.history.archive import HISTORY_ENV, archive_campaign
-from bakeoff.history.calibration import calibrate
+from bakeoff.history.calibration import calibrate, prefill_per_token_s
 from bakeoff.results.store import read_json, write_json
+from bakeoff.results.summary import PrefixCache, Tokens
 
 DEMO = Path(__file__).resolve().parents[1] / "campaigns" / "cpu-demo.yaml"
 
@@ -42,8 +43,25 @@ def test_the_history_calibrates_decode_and_start_up_per_backend(tmp_path: Path, 
     found = calibrate(_history(tmp_path, small_model, tpot_ms=2.0, start_s=20.0))
     assert found is not None
     assert found.token_s == {"vllm-cpu": pytest.approx(0.002)} and found.start_s == {"vllm-cpu": 20.0}
-    assert "vllm-cpu 2.0 ms per output token, 20 s per start (2 runs)" in found.text()
+    # Prefill from the concurrency-1 run alone (TTFT P50 20 ms over 256 prompt tokens a request): at
+    # concurrency 8 a request's TTFT also holds the queue ahead of it.
+    assert found.prefill_s == {"vllm-cpu": pytest.approx(0.020 / 256)}
+    assert "vllm-cpu 2.0 ms per output token, 0.08 ms per prompt token, 20 s per start (2 runs)" in found.text()
     assert calibrate(tmp_path / "nothing-here") is None
+
+
+def test_prefill_is_read_from_uncached_prompt_tokens_at_concurrency_1_only() -> None:
+    planted_run = planted.run_summary(Level(1, 100.0, 40.0, 50.0, 10.0))
+    summary = planted_run.model_copy(update={"tokens": Tokens(prompt=64 * 1024, completion=64 * 64)})
+    assert prefill_per_token_s(summary) == pytest.approx(0.040 / 1024)
+    # Half of each prompt served from the cache: the TTFT paid for the other half.
+    half = summary.model_copy(update={"prefix_cache": PrefixCache(cached_tokens_ratio=0.5)})
+    assert prefill_per_token_s(half) == pytest.approx(0.040 / 512)
+    # Too few uncached tokens for the TTFT to be mostly prefill (102 a request), or a queue ahead: no figure.
+    assert (
+        prefill_per_token_s(summary.model_copy(update={"prefix_cache": PrefixCache(cached_tokens_ratio=0.9)})) is None
+    )
+    assert prefill_per_token_s(planted.run_summary(Level(4, 100.0, 40.0, 50.0, 10.0))) is None
 
 
 def test_validate_estimates_from_the_history_when_it_has_the_backend(
@@ -57,7 +75,10 @@ def test_validate_estimates_from_the_history_when_it_has_the_backend(
     monkeypatch.setenv(HISTORY_ENV, str(_history(tmp_path, small_model, tpot_ms=2.0, start_s=20.0)))
     assert main(["campaign", "validate", str(DEMO)]) == 0
     measured = capsys.readouterr().out
-    assert "calibrated from history: vllm-cpu 2.0 ms per output token, 20 s per start" in measured
+    assert (
+        "calibrated from history: vllm-cpu 2.0 ms per output token, 0.08 ms per prompt token, 20 s per start"
+        in measured
+    )
     assert "otherwise assuming" in measured  # llama.cpp has no history: its figures are still assumed
     assert (
         _minutes(measured.splitlines()[-2])[0] < _minutes(assumed.splitlines()[-2])[0]

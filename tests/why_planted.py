@@ -109,7 +109,7 @@ def compute_bound_on_a_cpu() -> list[Level]:
     ]
 
 
-def _summary(level: Level) -> RunSummary:
+def run_summary(level: Level) -> RunSummary:
     def stat(p50: float | None, p99: float | None = None) -> Stat:
         return Stat(n=64, mean=p50, p50=p50, p90=p99, p95=p99, p99=p99)
 
@@ -159,7 +159,7 @@ def campaign_folder(root: Path, model: Path, cells: dict[str, tuple[str, dict[st
         for level in lvs:
             run_dir = cell_dir / "runs" / f"c{level.concurrency:g}"
             run_dir.mkdir(parents=True)
-            write_summary(run_dir / SUMMARY, _summary(level))
+            write_summary(run_dir / SUMMARY, run_summary(level))
             write_json(
                 run_dir / RUN_INFO,
                 {"machine": {"cpus": level.cpus or 2}, "memory_bandwidth": {"gbs": 40.0, "source": "planted"}},

@@ -48,20 +48,23 @@ def estimate_cell(
     token_s: float | None = None,
     start_s: float | None = None,
     starts: bool = True,
+    prefill_s: float | None = None,
 ) -> CellEstimate:
     """Requests a cell sends and roughly how long it takes, server start(s) included.
 
     ``starts``: false for a cell that measures on a server an earlier round started (warm repeats).
 
-    ``token_s`` / ``start_s``: measured figures (:class:`bakeoff.history.calibration.Calibration`)
-    in place of the assumed ones; a rehearsal's or an external server's start is never calibrated.
+    ``token_s`` / ``start_s`` / ``prefill_s``: measured figures
+    (:class:`bakeoff.history.calibration.Calibration`) in place of the assumed ones; a rehearsal's
+    or an external server's start is never calibrated.
     """
     cost = wl.cost()
     token_s = token_s if token_s is not None else TOKEN_S.get(accelerator, TOKEN_S["gpu"])
     server = SERVER_KINDS[kind]
     one_start = start_s if start_s is not None and server.start_calibrated else server.start_s
     started = one_start * (2 if restart and server.launched else 1) if starts else 0.0
-    prefill = cost.prompt_tokens * PREFILL_S.get(accelerator, PREFILL_S["gpu"])
+    prefill_s = prefill_s if prefill_s is not None else PREFILL_S.get(accelerator, PREFILL_S["gpu"])
+    prefill = cost.prompt_tokens * prefill_s
     return CellEstimate(cost.requests, cost.decode_steps * token_s + prefill + cost.fixed_s + started)
 
 
@@ -196,17 +199,17 @@ def cell_estimate(
     measured = calibration if calibration is not None and not cell.rehearsed else None
     token_s = measured.token_s.get(name) if measured is not None else None
     start_s = measured.start_s.get(name) if measured is not None else None
+    prefill_s = measured.prefill_s.get(name) if measured is not None else None
     starts = not warm or cell.repeat == 1
-    return estimate_cell(cell.workload, cell.backend.accelerator, kind, restart and not warm, token_s, start_s, starts)
+    return estimate_cell(
+        cell.workload, cell.backend.accelerator, kind, restart and not warm, token_s, start_s, starts, prefill_s
+    )
 
 
 def estimate_basis(cells: list[Any], calibration: Calibration | None) -> tuple[Calibration | None, str]:
     """The calibration an estimate of ``cells`` uses (None if it covers none of their backends), and its words."""
     used = (
-        calibration
-        if calibration is not None
-        and any(c.backend.name in calibration.token_s or c.backend.name in calibration.start_s for c in cells)
-        else None
+        calibration if calibration is not None and any(c.backend.name in calibration.backends for c in cells) else None
     )
     return used, (used.text() + "; otherwise " + assumptions() if used is not None else assumptions())
 
