@@ -18,11 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.errors import ResultsError
-from bakeoff.results.store import read_json, write_json
+from bakeoff.results.store import read_versioned, write_json
 from bakeoff.results.summary import Effort
 
 CELL_SCHEMA_VERSION: Literal[1] = 1
@@ -127,19 +126,7 @@ def migrate(raw: dict[str, Any]) -> dict[str, Any]:
 def read_cell_record(path: Path) -> CellRecord:
     """A cell's ``cell.json`` of any known layout, validated; a ResultsError naming the file when
     it cannot be read, is not a JSON object or does not match the model."""
-    try:
-        raw = read_json(path)
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ResultsError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ResultsError(f"{path}: a cell record is a JSON object, found {type(raw).__name__}")
-    try:
-        return CellRecord.model_validate(migrate(raw))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()[:5]
-        )
-        raise ResultsError(f"{path} does not match the cell record's schema: {problems}") from exc
+    return read_versioned(path, CellRecord, migrate, "cell record")
 
 
 def cell_record_or_none(path: Path) -> CellRecord | None:

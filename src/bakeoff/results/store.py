@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from bakeoff.errors import ResultsError
 from bakeoff.results.records import RequestRecord
 from bakeoff.results.summary import RunSummary, migrate
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 RECORDS_JOURNAL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
@@ -65,11 +68,31 @@ def read_json_or_empty(path: Path) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def _invalid(path: Path, exc: ValidationError) -> ResultsError:
+def _invalid(path: Path, exc: ValidationError, what: str = "run summary") -> ResultsError:
     problems = "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()[:5]
     )
-    return ResultsError(f"{path} does not match the run summary schema: {problems}")
+    return ResultsError(f"{path} does not match the {what} schema: {problems}")
+
+
+def read_versioned(
+    path: Path, model: type[ModelT], migrate: Callable[[dict[str, Any]], dict[str, Any]], what: str
+) -> ModelT:
+    """A versioned JSON file (``summary.json``, ``cell.json``) of any known layout: read, upgraded by
+    ``migrate`` and validated as ``model``; a ResultsError naming the file (and ``what`` it should
+    be) when it cannot be read, is not a JSON object, or does not match."""
+    try:
+        raw = read_json(path)
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ResultsError(f"{path}: a {what} is a JSON object, found {type(raw).__name__}")
+    try:
+        return model.model_validate(migrate(raw))
+    except ValidationError as exc:
+        raise _invalid(path, exc, what) from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # an old layout too damaged to migrate
+        raise ResultsError(f"{path}: {exc!r}") from exc
 
 
 def write_summary(path: Path, summary: RunSummary) -> None:
@@ -84,18 +107,7 @@ def write_summary(path: Path, summary: RunSummary) -> None:
 
 def read_summary(path: Path) -> RunSummary:
     """A run's ``summary.json`` of any known layout, validated, as the current model."""
-    try:
-        raw = read_json(path)
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ResultsError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ResultsError(f"{path}: a run summary is a JSON object, found {type(raw).__name__}")
-    try:
-        return RunSummary.model_validate(migrate(raw))
-    except ValidationError as exc:
-        raise _invalid(path, exc) from exc
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # an old layout too damaged to migrate
-        raise ResultsError(f"{path}: {exc!r}") from exc
+    return read_versioned(path, RunSummary, migrate, "run summary")
 
 
 class RecordJournal:
