@@ -9,14 +9,17 @@ and tests/test_e2e_container.py (every cell's notebook).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bakeoff.campaign import execute
+from bakeoff.campaign import cell_run, execute
 from bakeoff.campaign.cell_spec import read_cell_spec
 from bakeoff.campaign.execute import run_campaign
+from bakeoff.results.cell_record import read_cell_record
 from bakeoff.results.layout import load_cells
 
 BACKEND = """\
@@ -65,3 +68,34 @@ def test_in_process_cells_measure_without_a_kernel_and_a_raising_cell_fails_alon
         assert cell.status == "ok" and set(cell.summaries) == {"c2"}, (label, cell.status)
         assert cell.summaries["c2"].requests.ok == 6
         assert not (cell.dir / "bench.ipynb").exists()  # measured here: no kernel executed it
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"), [(RuntimeError("planted fault"), "failed"), (asyncio.CancelledError(), "interrupted")]
+)
+def test_a_cell_ended_by_anything_else_records_what_ended_it(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException, status: str
+) -> None:
+    """Not only the interrupt and a failed start: whatever ends a cell's measuring code leaves its
+    record saying so (CI once found a Ctrl-C'd cell still "running", with no word of why)."""
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "refinproc.yaml").write_text(BACKEND)
+    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"name: inproc\nmodel: {{path: {tiny_model}, served_name: m}}\n"
+        "servers: [{backend: refinproc, label: a}]\n"
+        "workloads: [{kind: concurrency, name: w, levels: [2], requests_per_level: 4, warmup_requests: 0,"
+        " input_len: 8, output_len: 8, min_duration_s: 0}]\n"
+        "measure_warm_restart: false\nrepeats: 1\n"
+    )
+
+    def measure(*args: Any, **kwargs: Any) -> None:
+        raise raised
+
+    monkeypatch.setattr(cell_run, "_measure_cell", measure)
+    with contextlib.suppress(BaseException):  # how the campaign goes on is the other tests'
+        run_campaign(path, out_dir=tmp_path / "out", cell_notebooks=False)
+    record = read_cell_record(tmp_path / "out" / "cells" / "a__w" / "cell.json")
+    assert record.status == status
+    assert record.error is not None and record.error.startswith(type(raised).__name__)

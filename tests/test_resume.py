@@ -135,7 +135,10 @@ def test_ctrl_c_mid_cell_stops_within_seconds_keeps_the_journal_and_leaves_nothi
     assert time.monotonic() - sent < 20, output
     assert proc.returncode == 130, output
     assert_all_gone(procs)
-    assert cell_info(campaign, "a__w")["status"] == "interrupted"
+    record = cell_info(campaign, "a__w")
+    # CI once found "running" here (the kernel's measuring code ended by something other than the
+    # interrupt, and said nothing): the record now carries what ended a cell, shown if it recurs.
+    assert record["status"] == "interrupted", (record.get("error"), output)
     kept = read_journal(journal(campaign, "a__w"))
     assert len(kept) >= seen and all(r.ok for r in kept)
     summary = read_json(journal(campaign, "a__w").parent / "summary.json")

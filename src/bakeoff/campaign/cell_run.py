@@ -10,6 +10,7 @@ saturation stop), and what the start and the build cost is kept beside the summa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -132,6 +133,12 @@ def run_cell(
         raise
     except KeyboardInterrupt:
         info["status"] = "interrupted"
+        raise
+    except BaseException as exc:
+        # Whatever else ends a cell early (an asyncio cancellation that outran the interrupt, a
+        # bug) is recorded as such, never left "running" with nothing said; resume measures it again.
+        info["status"] = "interrupted" if isinstance(exc, asyncio.CancelledError | SystemExit) else "failed"
+        info["error"] = f"{type(exc).__name__}: {exc}"[:4000]
         raise
     finally:
         info["effort"] = effort
