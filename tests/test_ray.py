@@ -62,7 +62,9 @@ cache_reset: {{kind: none}}
 """
 
 
-def campaign_yaml(model: Path, requests: int, extra: str = "repeats: 1\n", second: str = "refproc") -> str:
+def campaign_yaml(
+    model: Path, requests: int, extra: str = "repeats: 1\n", second: str = "refproc", warmup: int = 0
+) -> str:
     return f"""\
 name: ray-test
 model: {{path: {model}, served_name: {SERVED}}}
@@ -70,7 +72,7 @@ servers:
   - {{backend: refproc, label: a}}
   - {{backend: {second}, label: b}}
 workloads:
-  - {{kind: concurrency, name: w, levels: [2], requests_per_level: {requests}, warmup_requests: 0,
+  - {{kind: concurrency, name: w, levels: [2], requests_per_level: {requests}, warmup_requests: {warmup},
       input_len: 16, output_len: 16}}
 measure_warm_restart: false
 {extra}"""
@@ -225,15 +227,18 @@ def test_auto_repeats_on_ray_stop_after_the_deciding_round_and_never_queue_a_lat
     # (round 2) on a quiet host; on 2 loaded cores the two runs of a side can differ by a third,
     # and with n = 2 a side that once left the first look undecided (a 2x gap needed round 3 more
     # often). What is asserted is the stop: the rounds taken are every round that ran, and none
-    # after the deciding one was queued. At most 5 rounds, so that a decision as late as round 4 (CI once:
-    # b's first run at 143 tok/s against 263-267 in the next three, the host busy) still leaves a round
-    # that must not be queued.
+    # after the deciding one was queued. Four warm-up requests a run: without them the fast server's
+    # first run (its first requests ever, a token every 5 ms) measured 105-143 tok/s against 255-267 in
+    # every later round, twice in CI, which left the gap undecided until round 4 or 5. At most 5 rounds,
+    # so that a late decision still leaves a round that must not be queued.
     fast = BACKEND.replace("name: refproc", "name: reffast").replace(f'"{ITL_MS:g}"]', '"5"]')
     (cluster / "backends" / "reffast.yaml").write_text(fast)  # where the workers look
     path = cluster / "auto.yaml"
     # 16 requests a run, not 8: with 8 at concurrency 2, a steady window of a handful of requests left
     # the 4x gap undecided after 4 rounds on a loaded host (four workers on 2 cores).
-    path.write_text(campaign_yaml(tiny_model, 16, "repeats: auto\nmin_repeats: 2\nmax_repeats: 5\n", "reffast"))
+    path.write_text(
+        campaign_yaml(tiny_model, 16, "repeats: auto\nmin_repeats: 2\nmax_repeats: 5\n", "reffast", warmup=4)
+    )
     store = ResultStore(cluster / "auto")
     assert run_cells_on_ray(ray, path, store) == []
     out = store.local
