@@ -34,20 +34,28 @@ cache_reset: {kind: none}
 """
 
 
-def test_in_process_cells_measure_without_a_kernel_and_a_raising_cell_fails_alone(
-    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _campaign(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch, labels: tuple[str, ...], requests: int
+) -> Path:
+    """A campaign of reference servers (``labels``) on one concurrency level, its backend found by env."""
     (tmp_path / "backends").mkdir()
     (tmp_path / "backends" / "refinproc.yaml").write_text(BACKEND)
     monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
+    servers = ", ".join(f"{{backend: refinproc, label: {label}}}" for label in labels)
     path = tmp_path / "c.yaml"
     path.write_text(
-        f"name: inproc\nmodel: {{path: {tiny_model}, served_name: m}}\n"
-        "servers: [{backend: refinproc, label: a}, {backend: refinproc, label: b}, {backend: refinproc, label: c}]\n"
-        "workloads: [{kind: concurrency, name: w, levels: [2], requests_per_level: 6, warmup_requests: 0,"
+        f"name: inproc\nmodel: {{path: {model}, served_name: m}}\nservers: [{servers}]\n"
+        f"workloads: [{{kind: concurrency, name: w, levels: [2], requests_per_level: {requests}, warmup_requests: 0,"
         " input_len: 8, output_len: 8, min_duration_s: 0}]\n"
         "measure_warm_restart: false\nrepeats: 1\n"
     )
+    return path
+
+
+def test_in_process_cells_measure_without_a_kernel_and_a_raising_cell_fails_alone(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _campaign(tmp_path, tiny_model, monkeypatch, ("a", "b", "c"), requests=6)
     real = execute.run_cell
 
     def run_cell(cell_spec: Path, **kw: Any) -> dict[str, Any]:
@@ -78,17 +86,7 @@ def test_a_cell_ended_by_anything_else_records_what_ended_it(
 ) -> None:
     """Not only the interrupt and a failed start: whatever ends a cell's measuring code leaves its
     record saying so (CI once found a Ctrl-C'd cell still "running", with no word of why)."""
-    (tmp_path / "backends").mkdir()
-    (tmp_path / "backends" / "refinproc.yaml").write_text(BACKEND)
-    monkeypatch.setenv("BAKEOFF_BACKENDS_DIR", str(tmp_path / "backends"))
-    path = tmp_path / "c.yaml"
-    path.write_text(
-        f"name: inproc\nmodel: {{path: {tiny_model}, served_name: m}}\n"
-        "servers: [{backend: refinproc, label: a}]\n"
-        "workloads: [{kind: concurrency, name: w, levels: [2], requests_per_level: 4, warmup_requests: 0,"
-        " input_len: 8, output_len: 8, min_duration_s: 0}]\n"
-        "measure_warm_restart: false\nrepeats: 1\n"
-    )
+    path = _campaign(tmp_path, tiny_model, monkeypatch, ("a",), requests=4)
 
     def measure(*args: Any, **kwargs: Any) -> None:
         raise raised
