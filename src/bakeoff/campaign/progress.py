@@ -202,7 +202,14 @@ def cell_estimate(
     prefill_s = measured.prefill_s.get(name) if measured is not None else None
     starts = not warm or cell.repeat == 1
     return estimate_cell(
-        cell.workload, cell.backend.accelerator, kind, restart and not warm, token_s, start_s, starts, prefill_s
+        cell.workload,
+        cell.backend.accelerator,
+        kind,
+        restart and not warm,
+        token_s=token_s,
+        start_s=start_s,
+        starts=starts,
+        prefill_s=prefill_s,
     )
 
 
